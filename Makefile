@@ -1,0 +1,33 @@
+# pgq: PGXS build
+EXTENSION = pgq
+MODULE_big = pgq
+OBJS = src/pgq.o src/shmem.o src/xact.o src/group.o src/claim.o
+DATA = sql/pgq--0.1.sql
+PGFILEDESC = "pgq - work distribution for PostgreSQL"
+
+PG_CONFIG ?= pg_config
+
+# PostgreSQL's headers are not -Wextra clean: keep the warnings that apply to
+# our code (-Wall -Wextra -Werror is what CI builds with), drop the two that
+# the server headers trigger.
+override PG_CFLAGS += -Wno-unused-parameter -Wno-missing-field-initializers
+
+# pg_regress: a throwaway instance with pgq preloaded
+REGRESS = setup create_group claim stats bad_input
+REGRESS_OPTS = --temp-instance=tmp_check_regress \
+	--temp-config=$(srcdir)/test/pgq.conf --load-extension=pgq
+
+# isolation specs live under test/isolation
+ISOLATION = create_race claim_race claim_drop
+ISOLATION_OPTS = --temp-instance=tmp_check_iso \
+	--temp-config=$(srcdir)/test/pgq.conf --load-extension=pgq \
+	--inputdir=$(srcdir)/test/isolation \
+	--outputdir=output_iso
+
+TAP_TESTS = 1
+PROVE_TESTS = test/t/*.pl
+
+EXTRA_CLEAN = tmp_check_regress tmp_check_iso output_iso results regression.diffs regression.out
+
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)

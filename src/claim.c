@@ -1,0 +1,300 @@
+/*-------------------------------------------------------------------------
+ *
+ * claim.c
+ *	  Claiming blocks in transaction mode.
+ *
+ * A claim locks the group's first unclaimed blocks FOR UPDATE SKIP LOCKED and
+ * deletes them, in the caller's transaction: its COMMIT consumes them, its
+ * ROLLBACK (or the end of its session) gives them back at once.  The scan
+ * starts at the group's hint from shared memory rather than at the head of
+ * the index, where the dead entries of consumed blocks pile up.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/fmgrprotos.h"
+#include "utils/guc.h"
+#include "utils/tuplestore.h"
+
+#include "pgq.h"
+
+PG_FUNCTION_INFO_V1(pgq_claim);
+PG_FUNCTION_INFO_V1(pgq_inflight);
+
+/* Saved plans, kept for the life of the backend. */
+static SPIPlanPtr group_plan = NULL;
+static SPIPlanPtr claim_plan = NULL;
+
+typedef struct ClaimedBlock
+{
+	int64		block_id;
+	Datum		ids;
+} ClaimedBlock;
+
+/* Prepare a statement once per backend and keep it. */
+static SPIPlanPtr
+keep_plan(const char *sql, int nargs, Oid *argtypes)
+{
+	SPIPlanPtr	plan = SPI_prepare(sql, nargs, argtypes);
+
+	if (plan == NULL)
+		elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+	if (SPI_keepplan(plan) != 0)
+		elog(ERROR, "SPI_keepplan failed");
+	return plan;
+}
+
+/* Look a group up by name; an error if it does not exist. */
+static void
+lookup_group(text *name, PgqGroupRef *group, PgqMode *mode)
+{
+	Datum		values[1];
+	HeapTuple	tuple;
+	TupleDesc	tupdesc;
+	bool		isnull;
+	int			rc;
+
+	if (group_plan == NULL)
+	{
+		Oid			argtypes[1] = {TEXTOID};
+
+		group_plan = keep_plan("SELECT group_id, mode, created_at "
+							   "FROM pgq.groups WHERE group_name = $1",
+							   1, argtypes);
+	}
+
+	values[0] = PointerGetDatum(name);
+	rc = SPI_execute_plan(group_plan, values, NULL, false, 1);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "could not read group: %s", SPI_result_code_string(rc));
+	if (SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("group \"%s\" does not exist", text_to_cstring(name)),
+				 errhint("Create it with pgq.create_group().")));
+
+	tuple = SPI_tuptable->vals[0];
+	tupdesc = SPI_tuptable->tupdesc;
+	group->dbid = MyDatabaseId;
+	group->group_id = DatumGetInt64(SPI_getbinval(tuple, tupdesc, 1, &isnull));
+	*mode = pgq_parse_mode(SPI_getvalue(tuple, tupdesc, 2));
+	group->created_at = DatumGetTimestampTz(SPI_getbinval(tuple, tupdesc, 3,
+														  &isnull));
+}
+
+/*
+ * A transaction-mode claim is consumed when the caller's transaction
+ * commits: it needs a transaction block, and READ COMMITTED, where SKIP
+ * LOCKED moves past blocks that others consumed meanwhile.
+ */
+static void
+check_transaction_mode_context(void)
+{
+	if (!IsTransactionBlock())
+		ereport(ERROR,
+				(errcode(ERRCODE_NO_ACTIVE_SQL_TRANSACTION),
+				 errmsg("pgq.claim() in transaction mode must be called inside a transaction block"),
+				 errdetail("A claimed block is consumed when the claiming transaction commits; outside a transaction block it would be consumed before it could be processed."),
+				 errhint("Run BEGIN, claim, process the ids, then COMMIT (or ROLLBACK to give the block back).")));
+	if (XactIsoLevel != XACT_READ_COMMITTED)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
+				 errmsg("pgq.claim() requires the READ COMMITTED isolation level"),
+				 errdetail("The current transaction runs at isolation level %s.",
+						   GetConfigOption("transaction_isolation", false, false)),
+				 errhint("Start the transaction with BEGIN ISOLATION LEVEL READ COMMITTED.")));
+}
+
+static int
+compare_claimed(const void *a, const void *b)
+{
+	int64		x = ((const ClaimedBlock *) a)->block_id;
+	int64		y = ((const ClaimedBlock *) b)->block_id;
+
+	return (x > y) - (x < y);
+}
+
+/*
+ * Lock and delete up to max_blocks unclaimed blocks of the group, from the
+ * hint on, and remember them for the transaction's end.  Returns how many;
+ * *blocks (in the caller's memory context) gets them in block_id order.
+ */
+static int
+claim_blocks(const PgqGroupRef *group, int max_blocks, ClaimedBlock **blocks,
+			 MemoryContext resultcxt)
+{
+	Datum		values[3];
+	int64		hint;
+	uint64		gen;
+	int			nblocks;
+	int			rc;
+	MemoryContext oldcxt;
+
+	if (claim_plan == NULL)
+	{
+		Oid			argtypes[3] = {INT8OID, INT8OID, INT4OID};
+
+		/*
+		 * Lock first, then delete by ctid: DELETE has no SKIP LOCKED.  The
+		 * index on (group_id, block_id) takes the scan straight to the hint.
+		 */
+		claim_plan = keep_plan("DELETE FROM pgq.blocks "
+							   "WHERE ctid = ANY (ARRAY("
+							   "SELECT ctid FROM pgq.blocks "
+							   "WHERE group_id = $1 AND block_id >= $2 "
+							   "ORDER BY group_id, block_id LIMIT $3 "
+							   "FOR UPDATE SKIP LOCKED)) "
+							   "RETURNING block_id, ids",
+							   3, argtypes);
+	}
+
+	(void) pgq_hint_get(group, &hint, &gen);
+	values[0] = Int64GetDatum(group->group_id);
+	values[1] = Int64GetDatum(hint);
+	values[2] = Int32GetDatum(max_blocks);
+	rc = SPI_execute_plan(claim_plan, values, NULL, false, 0);
+	if (rc != SPI_OK_DELETE_RETURNING)
+		elog(ERROR, "could not claim blocks: %s", SPI_result_code_string(rc));
+
+	nblocks = (int) SPI_processed;
+	oldcxt = MemoryContextSwitchTo(resultcxt);
+	*blocks = palloc(Max(nblocks, 1) * sizeof(ClaimedBlock));
+	for (int i = 0; i < nblocks; i++)
+	{
+		HeapTuple	tuple = SPI_tuptable->vals[i];
+		TupleDesc	tupdesc = SPI_tuptable->tupdesc;
+		bool		isnull;
+
+		(*blocks)[i].block_id =
+			DatumGetInt64(SPI_getbinval(tuple, tupdesc, 1, &isnull));
+		/* the stored array is out of line, in rows this claim just deleted */
+		(*blocks)[i].ids = PointerGetDatum(PG_DETOAST_DATUM_COPY(SPI_getbinval(tuple, tupdesc, 2, &isnull)));
+	}
+	MemoryContextSwitchTo(oldcxt);
+	qsort(*blocks, nblocks, sizeof(ClaimedBlock), compare_claimed);
+
+	for (int i = 0; i < nblocks; i++)
+		pgq_xact_remember(group, (*blocks)[i].block_id);
+	if (nblocks > 0)
+	{
+		pgq_claimed_add(group, nblocks);
+		/* everything below the last block claimed is consumed or held */
+		pgq_hint_advance(group, gen, (*blocks)[nblocks - 1].block_id + 1);
+	}
+	return nblocks;
+}
+
+/*
+ * pgq.claim(group_name, max_blocks, wait)
+ *	  -> TABLE(block_id, attempt, ids, payload)
+ *
+ * Up to max_blocks blocks, in block_id order; no rows when nothing is
+ * claimable.
+ */
+Datum
+pgq_claim(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	text	   *name;
+	int32		max_blocks;
+	PgqGroupRef group;
+	PgqMode		mode;
+	ClaimedBlock *blocks;
+	int			nblocks;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("group_name must not be NULL")));
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("max_blocks must not be NULL")));
+	name = PG_GETARG_TEXT_PP(0);
+	max_blocks = PG_GETARG_INT32(1);
+	pgq_check_name(name);
+	if (max_blocks < 1 || max_blocks > PGQ_MAX_CLAIM_BLOCKS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("max_blocks must be between 1 and %d", PGQ_MAX_CLAIM_BLOCKS),
+				 errdetail("The value given is %d.", max_blocks)));
+	if (!PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("waiting claims are not implemented yet"),
+				 errhint("Call pgq.claim() without wait, and retry when it returns no rows.")));
+	if (RecoveryInProgress())
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("cannot claim blocks during recovery"),
+				 errhint("A claim writes to the database: connect to the primary.")));
+
+	InitMaterializedSRF(fcinfo, 0);
+
+	SPI_connect();
+	lookup_group(name, &group, &mode);
+	if (mode != PGQ_MODE_TRANSACTION)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("claims in mode \"%s\" are not implemented yet",
+						pgq_mode_name(mode))));
+	check_transaction_mode_context();
+
+	nblocks = claim_blocks(&group, max_blocks, &blocks,
+						   rsinfo->econtext->ecxt_per_query_memory);
+	SPI_finish();
+
+	for (int i = 0; i < nblocks; i++)
+	{
+		Datum		values[4];
+		bool		nulls[4] = {false, false, false, true};
+
+		values[0] = Int64GetDatum(blocks[i].block_id);
+		values[1] = Int32GetDatum(1);
+		values[2] = blocks[i].ids;
+		values[3] = (Datum) 0;
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
+}
+
+/*
+ * pgq.inflight(group_id, created_at) -> (claimed, own)
+ *
+ * Blocks of the group held by open transactions, from shared memory (NULL
+ * without it), and how many of them the calling transaction holds.  The
+ * group_stats view needs both: a block claimed by another transaction is
+ * still visible to the caller's snapshot, one claimed by the caller is not.
+ */
+Datum
+pgq_inflight(PG_FUNCTION_ARGS)
+{
+	PgqGroupRef group;
+	TupleDesc	tupdesc;
+	Datum		values[2];
+	bool		nulls[2] = {false, false};
+	int64		claimed;
+
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+
+	group.dbid = MyDatabaseId;
+	group.group_id = PG_GETARG_INT64(0);
+	group.created_at = PG_GETARG_TIMESTAMPTZ(1);
+
+	if (pgq_claimed_get(&group, &claimed))
+		values[0] = Int64GetDatum(claimed);
+	else
+		nulls[0] = true;
+	values[1] = Int64GetDatum(pgq_xact_own_claims(group.group_id));
+
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
+}

@@ -1,0 +1,520 @@
+/*-------------------------------------------------------------------------
+ *
+ * group.c
+ *	  Creating, materializing and dropping groups.
+ *
+ * pgq.create_group() inserts the group's row with ON CONFLICT DO NOTHING: of
+ * concurrent creators of one name, the first insert wins and the others wait
+ * on its row until it commits, then join the finished group.  The winner
+ * runs the query through an SPI cursor, read-only and as itself, and writes
+ * one block at a time, so its memory does not grow with the result.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "nodes/nodeFuncs.h"
+#include "nodes/parsenodes.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/plancache.h"
+
+#include "pgq.h"
+
+/* Rows fetched from the group's query at a time. */
+#define PGQ_FETCH_ROWS	2048
+
+PG_FUNCTION_INFO_V1(pgq_create_group);
+PG_FUNCTION_INFO_V1(pgq_drop_group);
+
+/* Refuse writes during recovery with the error a standby gives. */
+static void
+check_not_in_recovery(const char *what)
+{
+	if (RecoveryInProgress())
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("cannot %s during recovery", what),
+				 errhint("pgq writes to its tables: connect to the primary.")));
+}
+
+/* Error out on a NULL argument, naming it. */
+static void
+check_arg_not_null(FunctionCallInfo fcinfo, int argno, const char *argname)
+{
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be NULL", argname)));
+}
+
+static bool
+has_row_marks_walker(Node *node, void *context)
+{
+	if (node == NULL)
+		return false;
+	if (IsA(node, Query))
+	{
+		Query	   *query = (Query *) node;
+
+		if (query->rowMarks != NIL)
+			return true;
+		return query_tree_walker(query, has_row_marks_walker, context, 0);
+	}
+	return expression_tree_walker(node, has_row_marks_walker, context);
+}
+
+/*
+ * Parse and analyze a group's query, and check that it is one read-only
+ * query: SELECT, VALUES, or WITH without data-modifying parts or row locks.
+ * The id column's type is checked when the cursor opens.
+ */
+static SPIPlanPtr
+prepare_group_query(const char *query)
+{
+	SPIPlanPtr	plan;
+	List	   *sources;
+	CachedPlanSource *source;
+	Query	   *parsed;
+
+	plan = SPI_prepare(query, 0, NULL);
+	if (plan == NULL)
+		elog(ERROR, "SPI_prepare failed for the group's query: %s",
+			 SPI_result_code_string(SPI_result));
+
+	sources = SPI_plan_get_plan_sources(plan);
+	if (list_length(sources) != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("the group's query must be exactly one statement"),
+				 errdetail("The query text holds %d statements.",
+						   list_length(sources))));
+
+	source = linitial(sources);
+	parsed = list_length(source->query_list) == 1 ?
+		linitial_node(Query, source->query_list) : NULL;
+	if (parsed == NULL || parsed->commandType != CMD_SELECT ||
+		parsed->utilityStmt != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("the group's query must be a SELECT, VALUES or WITH query"),
+				 errdetail("The statement is %s.",
+						   GetCommandTagName(source->commandTag))));
+	if (parsed->hasModifyingCTE)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("the group's query must not modify data"),
+				 errdetail("The query has a data-modifying statement in WITH.")));
+	if (has_row_marks_walker((Node *) parsed, NULL))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("the group's query must not lock rows"),
+				 errdetail("The query uses FOR UPDATE, FOR NO KEY UPDATE, FOR SHARE or FOR KEY SHARE.")));
+	return plan;
+}
+
+/*
+ * Make the transaction read-only until leave_read_only(): the group's query
+ * runs this way, so that nothing it calls can write.
+ */
+static int
+enter_read_only(void)
+{
+	int			nestlevel = NewGUCNestLevel();
+
+	(void) set_config_option("transaction_read_only", "on",
+							 PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	return nestlevel;
+}
+
+static void
+leave_read_only(int nestlevel)
+{
+	AtEOXact_GUC(true, nestlevel);
+}
+
+/* The id column's type, or an error if it cannot hold ids. */
+static Oid
+check_id_column(TupleDesc tupdesc)
+{
+	Oid			typid;
+
+	if (tupdesc->natts < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATATYPE_MISMATCH),
+				 errmsg("the group's query returns no column"),
+				 errhint("The first column of the query must hold the ids.")));
+
+	typid = getBaseType(TupleDescAttr(tupdesc, 0)->atttypid);
+	if (typid != INT2OID && typid != INT4OID && typid != INT8OID)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATATYPE_MISMATCH),
+				 errmsg("the first column of the group's query must be smallint, integer or bigint"),
+				 errdetail("Column \"%s\" is of type %s.",
+						   NameStr(TupleDescAttr(tupdesc, 0)->attname),
+						   format_type_be(TupleDescAttr(tupdesc, 0)->atttypid))));
+	return typid;
+}
+
+/* Build a one-dimensional bigint[] of n ids in the current memory context. */
+static ArrayType *
+make_id_array(const int64 *ids, int n)
+{
+	Size		nbytes = ARR_OVERHEAD_NONULLS(1) + (Size) n * sizeof(int64);
+	ArrayType  *array = palloc0(nbytes);
+
+	SET_VARSIZE(array, nbytes);
+	array->ndim = 1;
+	array->dataoffset = 0;
+	array->elemtype = INT8OID;
+	ARR_DIMS(array)[0] = n;
+	ARR_LBOUND(array)[0] = 1;
+	/* no null bitmap: the data follows the header */
+	memcpy((char *) array + ARR_OVERHEAD_NONULLS(1), ids,
+		   (Size) n * sizeof(int64));
+	return array;
+}
+
+/* Insert one block of the group; block ids follow the order of the calls. */
+static void
+write_block(SPIPlanPtr insert_plan, int64 group_id, const int64 *ids, int n,
+			MemoryContext scratch)
+{
+	MemoryContext oldcxt = MemoryContextSwitchTo(scratch);
+	Datum		values[2];
+	int			rc;
+
+	values[0] = Int64GetDatum(group_id);
+	values[1] = PointerGetDatum(make_id_array(ids, n));
+	rc = SPI_execute_plan(insert_plan, values, NULL, false, 0);
+	if (rc != SPI_OK_INSERT)
+		elog(ERROR, "could not insert a block: %s", SPI_result_code_string(rc));
+	MemoryContextSwitchTo(oldcxt);
+	MemoryContextReset(scratch);
+}
+
+/*
+ * Run the group's query and store its ids in blocks of block_size, in the
+ * query's order.  Only one block and one fetch of rows are in memory at a
+ * time.  Returns the number of ids; *nblocks gets the number of blocks.
+ */
+static int64
+materialize(SPIPlanPtr query_plan, int64 group_id, int block_size,
+			int64 *nblocks)
+{
+	SPIPlanPtr	insert_plan;
+	Portal		portal;
+	Oid			typid;
+	MemoryContext scratch;
+	int64	   *ids;
+	int			n = 0;
+	int64		total = 0;
+	int			nestlevel;
+	Oid			argtypes[2] = {INT8OID, INT8ARRAYOID};
+
+	*nblocks = 0;
+	insert_plan = SPI_prepare("INSERT INTO pgq.blocks (block_id, group_id, ids) "
+							  "VALUES (pg_catalog.nextval('pgq.block_id_seq'), $1, $2)",
+							  2, argtypes);
+	if (insert_plan == NULL)
+		elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+
+	scratch = AllocSetContextCreate(CurrentMemoryContext, "pgq block",
+									ALLOCSET_DEFAULT_SIZES);
+	ids = palloc((Size) block_size * sizeof(int64));
+
+	nestlevel = enter_read_only();
+	portal = SPI_cursor_open(NULL, query_plan, NULL, NULL, false);
+	leave_read_only(nestlevel);
+	typid = check_id_column(portal->tupDesc);
+
+	for (;;)
+	{
+		SPITupleTable *tuptable;
+		uint64		nrows;
+
+		CHECK_FOR_INTERRUPTS();
+
+		nestlevel = enter_read_only();
+		SPI_cursor_fetch(portal, true, PGQ_FETCH_ROWS);
+		leave_read_only(nestlevel);
+
+		tuptable = SPI_tuptable;
+		nrows = SPI_processed;
+		if (nrows == 0)
+			break;
+
+		for (uint64 i = 0; i < nrows; i++)
+		{
+			bool		isnull;
+			Datum		value;
+
+			value = SPI_getbinval(tuptable->vals[i], tuptable->tupdesc, 1,
+								  &isnull);
+			if (isnull)
+				ereport(ERROR,
+						(errcode(ERRCODE_NOT_NULL_VIOLATION),
+						 errmsg("the group's query returned a NULL id"),
+						 errdetail("Row " INT64_FORMAT " of the result has NULL in its first column.",
+								   total + 1)));
+			switch (typid)
+			{
+				case INT2OID:
+					ids[n] = DatumGetInt16(value);
+					break;
+				case INT4OID:
+					ids[n] = DatumGetInt32(value);
+					break;
+				default:
+					ids[n] = DatumGetInt64(value);
+					break;
+			}
+			n++;
+			total++;
+			if (n == block_size)
+			{
+				write_block(insert_plan, group_id, ids, n, scratch);
+				(*nblocks)++;
+				n = 0;
+			}
+		}
+		SPI_freetuptable(tuptable);
+	}
+	if (n > 0)
+	{
+		write_block(insert_plan, group_id, ids, n, scratch);
+		(*nblocks)++;
+	}
+
+	SPI_cursor_close(portal);
+	SPI_freeplan(insert_plan);
+	pfree(ids);
+	MemoryContextDelete(scratch);
+	return total;
+}
+
+/*
+ * Insert the group's row unless the name is taken; returns the new group's
+ * id, or 0 when a group of that name exists (waiting first for its creator,
+ * if it has not committed yet).
+ */
+static int64
+insert_group(text *name, PgqMode mode, text *query, int block_size)
+{
+	Oid			argtypes[5] = {TEXTOID, TEXTOID, TEXTOID, INT4OID, REGROLEOID};
+	Datum		values[5];
+	bool		isnull;
+	int			rc;
+
+	values[0] = PointerGetDatum(name);
+	values[1] = CStringGetTextDatum(pgq_mode_name(mode));
+	values[2] = PointerGetDatum(query);
+	values[3] = Int32GetDatum(block_size);
+	values[4] = ObjectIdGetDatum(GetUserId());
+
+	rc = SPI_execute_with_args("INSERT INTO pgq.groups "
+							   "(group_name, mode, query, block_size, owner, search_path) "
+							   "VALUES ($1, $2, $3, $4, $5, "
+							   "pg_catalog.current_setting('search_path')) "
+							   "ON CONFLICT (group_name) DO NOTHING "
+							   "RETURNING group_id",
+							   5, argtypes, values, NULL, false, 1);
+	if (rc != SPI_OK_INSERT_RETURNING)
+		elog(ERROR, "could not insert a group: %s", SPI_result_code_string(rc));
+	if (SPI_processed == 0)
+		return 0;
+	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+									   SPI_tuptable->tupdesc, 1, &isnull));
+}
+
+/*
+ * Check that an existing group is the one the caller asked for.  Returns
+ * false if the group is gone (dropped since the insert found it).
+ */
+static bool
+check_existing_group(text *name, PgqMode mode, text *query, int block_size)
+{
+	Oid			argtypes[1] = {TEXTOID};
+	Datum		values[1];
+	HeapTuple	tuple;
+	TupleDesc	tupdesc;
+	char	   *groupname = text_to_cstring(name);
+	char	   *old_mode;
+	char	   *old_query;
+	int			old_block_size;
+	bool		isnull;
+	int			rc;
+
+	values[0] = PointerGetDatum(name);
+	rc = SPI_execute_with_args("SELECT mode, query, block_size FROM pgq.groups "
+							   "WHERE group_name = $1",
+							   1, argtypes, values, NULL, false, 1);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "could not read group: %s", SPI_result_code_string(rc));
+	if (SPI_processed == 0)
+		return false;
+
+	tuple = SPI_tuptable->vals[0];
+	tupdesc = SPI_tuptable->tupdesc;
+	old_mode = SPI_getvalue(tuple, tupdesc, 1);
+	old_query = SPI_getvalue(tuple, tupdesc, 2);
+	old_block_size = DatumGetInt32(SPI_getbinval(tuple, tupdesc, 3, &isnull));
+
+	if (strcmp(old_query, text_to_cstring(query)) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_DUPLICATE_OBJECT),
+				 errmsg("group \"%s\" already exists with a different query",
+						groupname),
+				 errdetail("The existing group's query is: %s", old_query),
+				 errhint("Use another group name, or drop the group first with pgq.drop_group().")));
+	if (old_block_size != block_size)
+		ereport(ERROR,
+				(errcode(ERRCODE_DUPLICATE_OBJECT),
+				 errmsg("group \"%s\" already exists with block size %d, not %d",
+						groupname, old_block_size, block_size)));
+	if (strcmp(old_mode, pgq_mode_name(mode)) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_DUPLICATE_OBJECT),
+				 errmsg("group \"%s\" already exists in mode \"%s\", not \"%s\"",
+						groupname, old_mode, pgq_mode_name(mode))));
+	return true;
+}
+
+/*
+ * pgq.create_group(group_name, query, block_size, mode, async) -> boolean
+ *
+ * True for the caller that created and materialized the group, false for
+ * every caller that found it existing with the same definition.
+ */
+Datum
+pgq_create_group(PG_FUNCTION_ARGS)
+{
+	text	   *name;
+	text	   *query;
+	int32		block_size;
+	PgqMode		mode;
+	int64		group_id;
+	int64		total_ids;
+	int64		total_blocks;
+
+	check_arg_not_null(fcinfo, 0, "group_name");
+	check_arg_not_null(fcinfo, 1, "query");
+	check_arg_not_null(fcinfo, 2, "block_size");
+	check_arg_not_null(fcinfo, 3, "mode");
+	check_arg_not_null(fcinfo, 4, "async");
+
+	name = PG_GETARG_TEXT_PP(0);
+	query = PG_GETARG_TEXT_PP(1);
+	block_size = PG_GETARG_INT32(2);
+	pgq_check_name(name);
+	if (block_size < 1 || block_size > PGQ_MAX_BLOCK_SIZE)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("block_size must be between 1 and %d", PGQ_MAX_BLOCK_SIZE),
+				 errdetail("The block size given is %d.", block_size)));
+	mode = pgq_parse_mode(text_to_cstring(PG_GETARG_TEXT_PP(3)));
+	if (mode != PGQ_MODE_TRANSACTION)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("claim mode \"%s\" is not implemented yet",
+						pgq_mode_name(mode)),
+				 errhint("Use mode => 'transaction'.")));
+	if (PG_GETARG_BOOL(4))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("asynchronous materialization is not implemented yet"),
+				 errhint("Use async => false: the group is materialized before create_group returns.")));
+	check_not_in_recovery("create a group");
+
+	SPI_connect();
+	for (;;)
+	{
+		CHECK_FOR_INTERRUPTS();
+		group_id = insert_group(name, mode, query, block_size);
+		if (group_id != 0)
+			break;
+		if (check_existing_group(name, mode, query, block_size))
+		{
+			SPI_finish();
+			PG_RETURN_BOOL(false);
+		}
+		/* dropped between our insert and our look: try again */
+	}
+
+	total_ids = materialize(prepare_group_query(text_to_cstring(query)),
+							group_id, block_size, &total_blocks);
+
+	{
+		Oid			argtypes[3] = {INT8OID, INT8OID, INT8OID};
+		Datum		values[3];
+		int			rc;
+
+		values[0] = Int64GetDatum(group_id);
+		values[1] = Int64GetDatum(total_ids);
+		values[2] = Int64GetDatum(total_blocks);
+		rc = SPI_execute_with_args("UPDATE pgq.groups SET state = 'ready', "
+								   "total_ids = $2, total_blocks = $3, "
+								   "ready_at = pg_catalog.clock_timestamp() "
+								   "WHERE group_id = $1",
+								   3, argtypes, values, NULL, false, 0);
+		if (rc != SPI_OK_UPDATE || SPI_processed != 1)
+			elog(ERROR, "could not mark group " INT64_FORMAT " ready", group_id);
+	}
+
+	SPI_finish();
+	PG_RETURN_BOOL(true);
+}
+
+/*
+ * pgq.drop_group(group_name) -> boolean
+ *
+ * Deleting the blocks waits for every transaction that holds one of them;
+ * false if there was no such group.
+ */
+Datum
+pgq_drop_group(PG_FUNCTION_ARGS)
+{
+	Oid			argtypes[1] = {TEXTOID};
+	Datum		values[1];
+	int64		group_id;
+	bool		isnull;
+	int			rc;
+
+	check_arg_not_null(fcinfo, 0, "group_name");
+	check_not_in_recovery("drop a group");
+
+	SPI_connect();
+	values[0] = PG_GETARG_DATUM(0);
+	rc = SPI_execute_with_args("DELETE FROM pgq.groups WHERE group_name = $1 "
+							   "RETURNING group_id",
+							   1, argtypes, values, NULL, false, 0);
+	if (rc != SPI_OK_DELETE_RETURNING)
+		elog(ERROR, "could not delete group: %s", SPI_result_code_string(rc));
+	if (SPI_processed == 0)
+	{
+		SPI_finish();
+		PG_RETURN_BOOL(false);
+	}
+	group_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+										   SPI_tuptable->tupdesc, 1, &isnull));
+
+	argtypes[0] = INT8OID;
+	values[0] = Int64GetDatum(group_id);
+	rc = SPI_execute_with_args("DELETE FROM pgq.blocks WHERE group_id = $1",
+							   1, argtypes, values, NULL, false, 0);
+	if (rc != SPI_OK_DELETE)
+		elog(ERROR, "could not delete blocks: %s", SPI_result_code_string(rc));
+
+	pgq_group_forget(MyDatabaseId, group_id);
+	SPI_finish();
+	PG_RETURN_BOOL(true);
+}

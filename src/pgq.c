@@ -1,0 +1,173 @@
+/*-------------------------------------------------------------------------
+ *
+ * pgq.c
+ *	  Module load: settings, shared memory hooks, transaction callbacks, and
+ *	  small checks shared by the SQL-callable functions.
+ *
+ * pgq works without shared_preload_libraries; preloading adds the shared
+ * state of shmem.c (claim hints and claimed counts).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "fmgr.h"
+#include "funcapi.h"
+#include "mb/pg_wchar.h"
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/tuplestore.h"
+
+#include "pgq.h"
+
+PG_MODULE_MAGIC;
+
+int			pgq_max_groups = 1024;
+
+#if PG_VERSION_NUM >= 150000
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+#endif
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+void		_PG_init(void);
+
+/* Ask for pgq's shared memory and its lock (PostgreSQL 15: from a hook). */
+static void
+pgq_shmem_request(void)
+{
+#if PG_VERSION_NUM >= 150000
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+#endif
+	RequestAddinShmemSpace(pgq_shmem_size());
+	RequestNamedLWLockTranche("pgq", 1);
+}
+
+static void
+pgq_shmem_startup(void)
+{
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	pgq_shmem_init();
+	LWLockRelease(AddinShmemInitLock);
+}
+
+void
+_PG_init(void)
+{
+	DefineCustomIntVariable("pgq.max_groups",
+							"Number of groups whose claim state pgq keeps in shared memory.",
+							"Groups beyond this number still work, but claims on them scan from the start of the group and their claimed count is unknown.",
+							&pgq_max_groups,
+							1024, 16, 1000000,
+							PGC_POSTMASTER,
+							0,
+							NULL, NULL, NULL);
+
+#if PG_VERSION_NUM >= 150000
+	MarkGUCPrefixReserved("pgq");
+#else
+	EmitWarningsOnPlaceholders("pgq");
+#endif
+
+	if (process_shared_preload_libraries_in_progress)
+	{
+#if PG_VERSION_NUM >= 150000
+		prev_shmem_request_hook = shmem_request_hook;
+		shmem_request_hook = pgq_shmem_request;
+#else
+		pgq_shmem_request();
+#endif
+		prev_shmem_startup_hook = shmem_startup_hook;
+		shmem_startup_hook = pgq_shmem_startup;
+	}
+
+	pgq_xact_init();
+}
+
+/*
+ * Reject a group name that is NULL-free but empty or too long.  NULL is
+ * checked by the callers, which know the argument's name.
+ */
+void
+pgq_check_name(text *name)
+{
+	char	   *str = text_to_cstring(name);
+	int			len = pg_mbstrlen(str);
+
+	if (len == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("group name must not be empty")));
+	if (len > PGQ_MAX_GROUP_NAME_LEN)
+		ereport(ERROR,
+				(errcode(ERRCODE_NAME_TOO_LONG),
+				 errmsg("group name is too long"),
+				 errdetail("The name has %d characters; the limit is %d.",
+						   len, PGQ_MAX_GROUP_NAME_LEN)));
+	pfree(str);
+}
+
+/* Parse a claim mode name given by a user. */
+PgqMode
+pgq_parse_mode(const char *mode)
+{
+	if (strcmp(mode, "transaction") == 0)
+		return PGQ_MODE_TRANSACTION;
+	if (strcmp(mode, "lease") == 0)
+		return PGQ_MODE_LEASE;
+	if (strcmp(mode, "advisory") == 0)
+		return PGQ_MODE_ADVISORY;
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("unknown claim mode \"%s\"", mode),
+			 errhint("The claim modes are \"transaction\", \"lease\" and \"advisory\".")));
+	pg_unreachable();
+}
+
+#if PG_VERSION_NUM < 150000
+/*
+ * Set up a set-returning function to return a tuplestore, as
+ * InitMaterializedSRF() does on PostgreSQL 15 and later.
+ */
+void
+pgq_init_materialized_srf(FunctionCallInfo fcinfo)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	MemoryContext oldcxt;
+	TupleDesc	tupdesc;
+
+	if (rsinfo == NULL || !IsA(rsinfo, ReturnSetInfo) ||
+		!(rsinfo->allowedModes & SFRM_Materialize))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("set-valued function called in context that cannot accept a set")));
+	oldcxt = MemoryContextSwitchTo(rsinfo->econtext->ecxt_per_query_memory);
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	rsinfo->returnMode = SFRM_Materialize;
+	rsinfo->setDesc = CreateTupleDescCopy(tupdesc);
+	rsinfo->setResult = tuplestore_begin_heap(true, false, work_mem);
+	MemoryContextSwitchTo(oldcxt);
+}
+#endif
+
+const char *
+pgq_mode_name(PgqMode mode)
+{
+	switch (mode)
+	{
+		case PGQ_MODE_TRANSACTION:
+			return "transaction";
+		case PGQ_MODE_LEASE:
+			return "lease";
+		case PGQ_MODE_ADVISORY:
+			return "advisory";
+	}
+	pg_unreachable();
+}

@@ -1,0 +1,287 @@
+/*-------------------------------------------------------------------------
+ *
+ * shmem.c
+ *	  Per-group state kept in shared memory: the claim hint and the count of
+ *	  blocks held by open transactions.
+ *
+ * Nothing here is ever written to a table: a per-group counter row would
+ * serialise every consumer, and a claim that scans the blocks index from its
+ * head would walk the dead entries of every consumed block.  Instead each
+ * group has an entry, keyed by (database, group id), holding
+ *
+ *	hint	no block with a smaller id is claimable, except blocks whose claim
+ *			is later undone; an aborting claimer lowers the hint again
+ *	gen		bumped by every lowering, so that a claim which read the hint
+ *			before a lowering never raises it past the returned block
+ *	claimed	blocks claimed by transactions that have not ended yet
+ *
+ * The hash table is sized by pgq.max_groups.  When it is full, groups without
+ * an entry are claimed from the start of their index and their claimed count
+ * is unknown; nothing is ever wrong, only slower.
+ *
+ * The entries vanish with shared memory on a crash restart, which is exactly
+ * right: every claim of a transaction-mode group died with its backend.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "miscadmin.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
+#include "storage/spin.h"
+#include "utils/hsearch.h"
+
+#include "pgq.h"
+
+#define PGQ_SHMEM_VERSION	1
+
+typedef struct PgqGroupKey
+{
+	Oid			dbid;
+	int64		group_id;
+} PgqGroupKey;
+
+typedef struct PgqGroupEntry
+{
+	PgqGroupKey key;			/* hash key: must be first */
+	TimestampTz created_at;		/* which incarnation of the group id */
+	slock_t		mutex;			/* protects the fields below */
+	int64		hint;
+	uint64		gen;
+	int64		claimed;
+} PgqGroupEntry;
+
+typedef struct PgqSharedState
+{
+	int			version;
+	LWLock	   *lock;			/* protects the hash table's structure */
+	bool		overflowed;		/* some group could not get an entry */
+} PgqSharedState;
+
+static PgqSharedState *pgq_state = NULL;
+static HTAB *pgq_groups = NULL;
+
+/* Size of the shared state, for the shmem request. */
+Size
+pgq_shmem_size(void)
+{
+	return add_size(MAXALIGN(sizeof(PgqSharedState)),
+					hash_estimate_size(pgq_max_groups, sizeof(PgqGroupEntry)));
+}
+
+/*
+ * Attach to (or, in the postmaster, create) the shared state.  Called from
+ * the shmem_startup_hook with AddinShmemInitLock held.
+ */
+void
+pgq_shmem_init(void)
+{
+	bool		found;
+	HASHCTL		info;
+
+	pgq_state = ShmemInitStruct("pgq shared state", sizeof(PgqSharedState),
+								&found);
+	if (!found)
+	{
+		pgq_state->version = PGQ_SHMEM_VERSION;
+		pgq_state->lock = &(GetNamedLWLockTranche("pgq"))->lock;
+		pgq_state->overflowed = false;
+	}
+
+	memset(&info, 0, sizeof(info));
+	info.keysize = sizeof(PgqGroupKey);
+	info.entrysize = sizeof(PgqGroupEntry);
+	pgq_groups = ShmemInitHash("pgq groups", pgq_max_groups, pgq_max_groups,
+							   &info, HASH_ELEM | HASH_BLOBS);
+}
+
+/* Is the shared state there, that is, was pgq in shared_preload_libraries? */
+bool
+pgq_shmem_ready(void)
+{
+	return pgq_state != NULL && pgq_state->version == PGQ_SHMEM_VERSION;
+}
+
+static void
+make_key(PgqGroupKey *key, Oid dbid, int64 group_id)
+{
+	/* the key is hashed as bytes: clear the padding */
+	memset(key, 0, sizeof(*key));
+	key->dbid = dbid;
+	key->group_id = group_id;
+}
+
+/*
+ * Find the group's entry, with the table lock held in shared mode on success.
+ * An entry left by an earlier incarnation of the same group id is treated as
+ * missing.  With "create", a missing entry is made (briefly taking the lock
+ * exclusively); NULL means there is no room, or no shared state at all.
+ */
+static PgqGroupEntry *
+entry_lock(const PgqGroupRef *group, bool create)
+{
+	PgqGroupKey key;
+	PgqGroupEntry *entry;
+	bool		found;
+
+	if (!pgq_shmem_ready())
+		return NULL;
+
+	make_key(&key, group->dbid, group->group_id);
+	LWLockAcquire(pgq_state->lock, LW_SHARED);
+	entry = hash_search(pgq_groups, &key, HASH_FIND, NULL);
+	if (entry != NULL && entry->created_at == group->created_at)
+		return entry;
+	LWLockRelease(pgq_state->lock);
+	if (!create)
+		return NULL;
+
+	LWLockAcquire(pgq_state->lock, LW_EXCLUSIVE);
+	entry = hash_search(pgq_groups, &key, HASH_ENTER_NULL, &found);
+	if (entry == NULL)
+	{
+		pgq_state->overflowed = true;
+		LWLockRelease(pgq_state->lock);
+		return NULL;
+	}
+	if (!found || entry->created_at != group->created_at)
+	{
+		entry->created_at = group->created_at;
+		SpinLockInit(&entry->mutex);
+		entry->hint = 0;
+		entry->gen = 0;
+		entry->claimed = 0;
+	}
+	LWLockRelease(pgq_state->lock);
+
+	/*
+	 * Go back to shared mode.  The entry cannot have been removed meanwhile:
+	 * only pgq_group_forget() removes entries, and it runs after the group's
+	 * blocks are deleted, when no claim can find them.
+	 */
+	LWLockAcquire(pgq_state->lock, LW_SHARED);
+	entry = hash_search(pgq_groups, &key, HASH_FIND, NULL);
+	if (entry == NULL || entry->created_at != group->created_at)
+	{
+		LWLockRelease(pgq_state->lock);
+		return NULL;
+	}
+	return entry;
+}
+
+/*
+ * Where a claim should start scanning, and the generation to hand back to
+ * pgq_hint_advance().  Returns false (hint 0) when no hint is kept.
+ */
+bool
+pgq_hint_get(const PgqGroupRef *group, int64 *hint, uint64 *gen)
+{
+	PgqGroupEntry *entry = entry_lock(group, true);
+
+	*hint = 0;
+	*gen = 0;
+	if (entry == NULL)
+		return false;
+	SpinLockAcquire(&entry->mutex);
+	*hint = entry->hint;
+	*gen = entry->gen;
+	SpinLockRelease(&entry->mutex);
+	LWLockRelease(pgq_state->lock);
+	return true;
+}
+
+/*
+ * A claim that started from the hint of generation "gen" found every block
+ * below "next" consumed or held.  Move the hint up, unless some claim was
+ * undone since: its block may lie below "next".
+ */
+void
+pgq_hint_advance(const PgqGroupRef *group, uint64 gen, int64 next)
+{
+	PgqGroupEntry *entry = entry_lock(group, false);
+
+	if (entry == NULL)
+		return;
+	SpinLockAcquire(&entry->mutex);
+	if (entry->gen == gen && entry->hint < next)
+		entry->hint = next;
+	SpinLockRelease(&entry->mutex);
+	LWLockRelease(pgq_state->lock);
+}
+
+/*
+ * A claim on block_id was undone (abort, subtransaction abort): the block is
+ * claimable again, so the hint must not stay above it.  Safe in transaction
+ * callbacks: it allocates nothing and cannot fail.
+ */
+void
+pgq_hint_lower(const PgqGroupRef *group, int64 block_id)
+{
+	PgqGroupEntry *entry = entry_lock(group, false);
+
+	if (entry == NULL)
+		return;
+	SpinLockAcquire(&entry->mutex);
+	if (entry->hint > block_id)
+		entry->hint = block_id;
+	entry->gen++;
+	SpinLockRelease(&entry->mutex);
+	LWLockRelease(pgq_state->lock);
+}
+
+/* Count blocks taken (delta > 0) or given up at transaction end (delta < 0). */
+void
+pgq_claimed_add(const PgqGroupRef *group, int64 delta)
+{
+	PgqGroupEntry *entry = entry_lock(group, delta > 0);
+
+	if (entry == NULL)
+		return;
+	SpinLockAcquire(&entry->mutex);
+	entry->claimed += delta;
+	if (entry->claimed < 0)
+		entry->claimed = 0;
+	SpinLockRelease(&entry->mutex);
+	LWLockRelease(pgq_state->lock);
+}
+
+/*
+ * Blocks of the group held by open transactions.  False when that is not
+ * known: pgq is not preloaded, or the table overflowed and this group may be
+ * one that got no entry.
+ */
+bool
+pgq_claimed_get(const PgqGroupRef *group, int64 *claimed)
+{
+	PgqGroupEntry *entry;
+
+	*claimed = 0;
+	if (!pgq_shmem_ready())
+		return false;
+	entry = entry_lock(group, false);
+	if (entry == NULL)
+		return !pgq_state->overflowed;
+	SpinLockAcquire(&entry->mutex);
+	*claimed = entry->claimed;
+	SpinLockRelease(&entry->mutex);
+	LWLockRelease(pgq_state->lock);
+	return true;
+}
+
+/*
+ * Drop the entry of a group being dropped.  The caller has already deleted
+ * the group's blocks, which waited for every transaction holding one.
+ */
+void
+pgq_group_forget(Oid dbid, int64 group_id)
+{
+	PgqGroupKey key;
+
+	if (!pgq_shmem_ready())
+		return;
+	make_key(&key, dbid, group_id);
+	LWLockAcquire(pgq_state->lock, LW_EXCLUSIVE);
+	hash_search(pgq_groups, &key, HASH_REMOVE, NULL);
+	LWLockRelease(pgq_state->lock);
+}

@@ -1,0 +1,182 @@
+/*-------------------------------------------------------------------------
+ *
+ * xact.c
+ *	  Claims held by the current transaction, and what happens to them when
+ *	  it (or one of its subtransactions) ends.
+ *
+ * A transaction-mode claim is a deleted, row-locked block: COMMIT consumes it
+ * and ABORT gives it back, with no help from pgq.  What pgq must do is keep
+ * its shared state honest: take the blocks out of the group's claimed count
+ * at either end, and lower the group's claim hint when a claim is undone, so
+ * that the block becomes reachable again.  PREPARE TRANSACTION is refused: a
+ * prepared transaction would hold its blocks with nobody left to process them.
+ *
+ * The records live in TopTransactionContext and are appended in claim order.
+ * The callbacks only read them: no allocation, no SPI and no error may happen
+ * after commit.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "miscadmin.h"
+#include "utils/memutils.h"
+
+#include "pgq.h"
+
+typedef struct PgqClaimRecord
+{
+	PgqGroupRef group;
+	int64		block_id;
+	int			nest_level;		/* (sub)transaction that holds the claim */
+} PgqClaimRecord;
+
+static PgqClaimRecord *claims = NULL;
+static int	nclaims = 0;
+static int	maxclaims = 0;
+
+static void pgq_xact_callback(XactEvent event, void *arg);
+static void pgq_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+								 SubTransactionId parentSubid, void *arg);
+
+/* Register the callbacks; called once per backend from _PG_init(). */
+void
+pgq_xact_init(void)
+{
+	RegisterXactCallback(pgq_xact_callback, NULL);
+	RegisterSubXactCallback(pgq_subxact_callback, NULL);
+}
+
+/*
+ * Remember that the current (sub)transaction claimed block_id.  Called right
+ * after the claim, before the group's claimed count is raised, so an error
+ * here leaves the count as it was.
+ */
+void
+pgq_xact_remember(const PgqGroupRef *group, int64 block_id)
+{
+	if (nclaims >= maxclaims)
+	{
+		int			newmax = Max(64, maxclaims * 2);
+
+		if (claims == NULL)
+			claims = MemoryContextAlloc(TopTransactionContext,
+										newmax * sizeof(PgqClaimRecord));
+		else
+			claims = repalloc(claims, newmax * sizeof(PgqClaimRecord));
+		maxclaims = newmax;
+	}
+	claims[nclaims].group = *group;
+	claims[nclaims].block_id = block_id;
+	claims[nclaims].nest_level = GetCurrentTransactionNestLevel();
+	nclaims++;
+}
+
+/* Blocks of the group that this transaction claimed and still holds. */
+int64
+pgq_xact_own_claims(int64 group_id)
+{
+	int64		n = 0;
+
+	for (int i = 0; i < nclaims; i++)
+	{
+		if (claims[i].group.dbid == MyDatabaseId &&
+			claims[i].group.group_id == group_id)
+			n++;
+	}
+	return n;
+}
+
+static bool
+same_group(const PgqGroupRef *a, const PgqGroupRef *b)
+{
+	return a->dbid == b->dbid && a->group_id == b->group_id &&
+		a->created_at == b->created_at;
+}
+
+/*
+ * The claims from index "first" on have ended: committed, or undone if
+ * "undone".  Consecutive records of one group are settled together, so a
+ * claim of many blocks costs one shared-memory update per group.
+ */
+static void
+settle_claims(int first, bool undone)
+{
+	int			i = first;
+
+	while (i < nclaims)
+	{
+		const PgqGroupRef *group = &claims[i].group;
+		int64		lowest = claims[i].block_id;
+		int			j = i + 1;
+
+		while (j < nclaims && same_group(group, &claims[j].group))
+		{
+			lowest = Min(lowest, claims[j].block_id);
+			j++;
+		}
+		if (undone)
+			pgq_hint_lower(group, lowest);
+		pgq_claimed_add(group, -(int64) (j - i));
+		i = j;
+	}
+	nclaims = first;
+}
+
+static void
+pgq_xact_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_PRE_PREPARE:
+			if (nclaims > 0)
+				ereport(ERROR,
+						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						 errmsg("cannot PREPARE a transaction that holds pgq claims"),
+						 errdetail("The transaction holds %d claimed block(s).", nclaims),
+						 errhint("Commit the transaction to consume the blocks, or roll it back to give them back.")));
+			break;
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+			settle_claims(0, false);
+			break;
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+			settle_claims(0, true);
+			break;
+		default:
+			return;
+	}
+
+	/* TopTransactionContext is about to go away, and the records with it */
+	claims = NULL;
+	nclaims = 0;
+	maxclaims = 0;
+}
+
+static void
+pgq_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+					 SubTransactionId parentSubid, void *arg)
+{
+	int			level = GetCurrentTransactionNestLevel();
+	int			first = nclaims;
+
+	/* the subtransaction's records are the tail of the array */
+	while (first > 0 && claims[first - 1].nest_level >= level)
+		first--;
+
+	switch (event)
+	{
+		case SUBXACT_EVENT_COMMIT_SUB:
+			/* the parent now holds the claims */
+			for (int i = first; i < nclaims; i++)
+				claims[i].nest_level = level - 1;
+			break;
+		case SUBXACT_EVENT_ABORT_SUB:
+			settle_claims(first, true);
+			break;
+		default:
+			break;
+	}
+}
