@@ -28,15 +28,17 @@ CREATE TABLE pgq.groups (
 -- come from one sequence, so their order within a group is the query's.
 CREATE SEQUENCE pgq.block_id_seq AS bigint;
 
+-- The primary key is the only index, so that a claim's scan of one group
+-- from its hint can only ever be planned on it.
 CREATE TABLE pgq.blocks (
-    block_id bigint NOT NULL PRIMARY KEY,
     group_id bigint NOT NULL,
-    ids      bigint[] NOT NULL
+    block_id bigint NOT NULL,
+    ids      bigint[] NOT NULL,
+    PRIMARY KEY (group_id, block_id)
 );
 -- Id arrays are large and barely compressible: store them out of line
 -- without spending CPU on compression.
 ALTER TABLE pgq.blocks ALTER COLUMN ids SET STORAGE EXTERNAL;
-CREATE INDEX blocks_group_idx ON pgq.blocks (group_id, block_id);
 
 SELECT pg_catalog.pg_extension_config_dump('pgq.groups', '');
 SELECT pg_catalog.pg_extension_config_dump('pgq.blocks', '');

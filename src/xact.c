@@ -134,7 +134,9 @@ pgq_xact_callback(XactEvent event, void *arg)
 				ereport(ERROR,
 						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 						 errmsg("cannot PREPARE a transaction that holds pgq claims"),
-						 errdetail("The transaction holds %d claimed block(s).", nclaims),
+						 errdetail_plural("The transaction holds %d claimed block.",
+										"The transaction holds %d claimed blocks.",
+										nclaims, nclaims),
 						 errhint("Commit the transaction to consume the blocks, or roll it back to give them back.")));
 			break;
 		case XACT_EVENT_COMMIT:
