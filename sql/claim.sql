@@ -34,6 +34,20 @@ BEGIN;
 SELECT count(*) FROM pgq.claim('g');
 COMMIT;
 
+-- claims of a released savepoint belong to the enclosing one
+SELECT pgq.create_group('n', 'SELECT g FROM generate_series(1, 3) g', 1);
+BEGIN;
+SAVEPOINT a;
+SAVEPOINT b;
+SELECT ids FROM pgq.claim('n');
+RELEASE SAVEPOINT b;
+SELECT pending, claimed FROM pgq.group_stats WHERE group_name = 'n';
+ROLLBACK TO SAVEPOINT a;
+SELECT pending, claimed FROM pgq.group_stats WHERE group_name = 'n';
+SELECT ids FROM pgq.claim('n');
+COMMIT;
+SELECT pending, claimed, done FROM pgq.group_stats WHERE group_name = 'n';
+
 -- a claim writes its transaction's work: results can go in the same commit
 CREATE TABLE processed (id bigint PRIMARY KEY);
 SELECT pgq.create_group('h', 'SELECT g FROM generate_series(1, 6) g', 2);

@@ -67,7 +67,7 @@ lookup_group(text *name, PgqGroupRef *group, PgqMode *mode)
 		Oid			argtypes[1] = {TEXTOID};
 
 		group_plan = keep_plan("SELECT group_id, mode, created_at "
-							   "FROM pgq.groups WHERE group_name = $1",
+							   "FROM pgq.groups WHERE group_name OPERATOR(pg_catalog.=) $1",
 							   1, argtypes);
 	}
 
@@ -147,9 +147,10 @@ claim_blocks(const PgqGroupRef *group, int max_blocks, ClaimedBlock **blocks,
 		 * index on (group_id, block_id) takes the scan straight to the hint.
 		 */
 		claim_plan = keep_plan("DELETE FROM pgq.blocks "
-							   "WHERE ctid = ANY (ARRAY("
+							   "WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
 							   "SELECT ctid FROM pgq.blocks "
-							   "WHERE group_id = $1 AND block_id >= $2 "
+							   "WHERE group_id OPERATOR(pg_catalog.=) $1 "
+							   "AND block_id OPERATOR(pg_catalog.>=) $2 "
 							   "ORDER BY group_id, block_id LIMIT $3 "
 							   "FOR UPDATE SKIP LOCKED)) "
 							   "RETURNING block_id, ids",

@@ -356,7 +356,7 @@ check_existing_group(text *name, PgqMode mode, text *query, int block_size)
 
 	values[0] = PointerGetDatum(name);
 	rc = SPI_execute_with_args("SELECT mode, query, block_size FROM pgq.groups "
-							   "WHERE group_name = $1",
+							   "WHERE group_name OPERATOR(pg_catalog.=) $1",
 							   1, argtypes, values, NULL, false, 1);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "could not read group: %s", SPI_result_code_string(rc));
@@ -464,7 +464,7 @@ pgq_create_group(PG_FUNCTION_ARGS)
 		rc = SPI_execute_with_args("UPDATE pgq.groups SET state = 'ready', "
 								   "total_ids = $2, total_blocks = $3, "
 								   "ready_at = pg_catalog.clock_timestamp() "
-								   "WHERE group_id = $1",
+								   "WHERE group_id OPERATOR(pg_catalog.=) $1",
 								   3, argtypes, values, NULL, false, 0);
 		if (rc != SPI_OK_UPDATE || SPI_processed != 1)
 			elog(ERROR, "could not mark group " INT64_FORMAT " ready", group_id);
@@ -494,7 +494,7 @@ pgq_drop_group(PG_FUNCTION_ARGS)
 
 	SPI_connect();
 	values[0] = PG_GETARG_DATUM(0);
-	rc = SPI_execute_with_args("DELETE FROM pgq.groups WHERE group_name = $1 "
+	rc = SPI_execute_with_args("DELETE FROM pgq.groups WHERE group_name OPERATOR(pg_catalog.=) $1 "
 							   "RETURNING group_id",
 							   1, argtypes, values, NULL, false, 0);
 	if (rc != SPI_OK_DELETE_RETURNING)
@@ -509,7 +509,8 @@ pgq_drop_group(PG_FUNCTION_ARGS)
 
 	argtypes[0] = INT8OID;
 	values[0] = Int64GetDatum(group_id);
-	rc = SPI_execute_with_args("DELETE FROM pgq.blocks WHERE group_id = $1",
+	rc = SPI_execute_with_args("DELETE FROM pgq.blocks "
+							   "WHERE group_id OPERATOR(pg_catalog.=) $1",
 							   1, argtypes, values, NULL, false, 0);
 	if (rc != SPI_OK_DELETE)
 		elog(ERROR, "could not delete blocks: %s", SPI_result_code_string(rc));
