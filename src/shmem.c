@@ -15,9 +15,11 @@
  *			before a lowering never raises it past the returned block
  *	claimed	blocks claimed by transactions that have not ended yet
  *
- * The hash table is sized by pgq.max_groups.  When it is full, groups without
- * an entry are claimed from the start of their index and their claimed count
- * is unknown; nothing is ever wrong, only slower.
+ * The hash table holds at most pgq.max_groups entries.  When it is full, the
+ * entry of a group without claims in flight makes room; when every entry has
+ * claims in flight, the new group is claimed from the start of its index and
+ * claimed counts of groups without an entry become unknown (NULL) until the
+ * next restart.  Nothing is ever wrong, only slower.
  *
  * The entries vanish with shared memory on a crash restart, which is exactly
  * right: every claim of a transaction-mode group died with its backend.
@@ -113,6 +115,37 @@ make_key(PgqGroupKey *key, Oid dbid, int64 group_id)
 }
 
 /*
+ * Make room in a full table by removing the entry of a group that no open
+ * transaction holds blocks of: that group only loses its hint, and its next
+ * claim scans from the head again.  Dynahash would otherwise take the room
+ * from the shared memory slack that the lock table needs.  Called with the
+ * table lock held exclusively.
+ */
+static bool
+evict_idle_entry(void)
+{
+	HASH_SEQ_STATUS status;
+	PgqGroupEntry *entry;
+
+	hash_seq_init(&status, pgq_groups);
+	while ((entry = hash_seq_search(&status)) != NULL)
+	{
+		int64		claimed;
+
+		SpinLockAcquire(&entry->mutex);
+		claimed = entry->claimed;
+		SpinLockRelease(&entry->mutex);
+		if (claimed == 0)
+		{
+			hash_seq_term(&status);
+			hash_search(pgq_groups, &entry->key, HASH_REMOVE, NULL);
+			return true;
+		}
+	}
+	return false;
+}
+
+/*
  * Find the group's entry, with the table lock held in shared mode on success.
  * An entry left by an earlier incarnation of the same group id is treated as
  * missing.  With "create", a missing entry is made (briefly taking the lock
@@ -138,7 +171,17 @@ entry_lock(const PgqGroupRef *group, bool create)
 		return NULL;
 
 	LWLockAcquire(pgq_state->lock, LW_EXCLUSIVE);
-	entry = hash_search(pgq_groups, &key, HASH_ENTER_NULL, &found);
+	entry = hash_search(pgq_groups, &key, HASH_FIND, &found);
+	if (entry == NULL &&
+		hash_get_num_entries(pgq_groups) >= pgq_max_groups &&
+		!evict_idle_entry())
+	{
+		pgq_state->overflowed = true;
+		LWLockRelease(pgq_state->lock);
+		return NULL;
+	}
+	if (entry == NULL)
+		entry = hash_search(pgq_groups, &key, HASH_ENTER_NULL, &found);
 	if (entry == NULL)
 	{
 		pgq_state->overflowed = true;
@@ -156,9 +199,8 @@ entry_lock(const PgqGroupRef *group, bool create)
 	LWLockRelease(pgq_state->lock);
 
 	/*
-	 * Go back to shared mode.  The entry cannot have been removed meanwhile:
-	 * only pgq_group_forget() removes entries, and it runs after the group's
-	 * blocks are deleted, when no claim can find them.
+	 * Go back to shared mode.  If the entry went away meanwhile (its group
+	 * was dropped, or it was evicted to make room), do without it.
 	 */
 	LWLockAcquire(pgq_state->lock, LW_SHARED);
 	entry = hash_search(pgq_groups, &key, HASH_FIND, NULL);

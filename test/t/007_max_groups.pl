@@ -1,0 +1,72 @@
+# pgq.max_groups bounds the shared-memory entries.  When the table is full,
+# an idle group's entry makes room; when every entry has claims in flight,
+# a new group is still claimed correctly, only without a hint, and claimed
+# counts that cannot be known show as NULL instead of a wrong number.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = PostgreSQL::Test::Cluster->new('main');
+$node->init;
+$node->append_conf('postgresql.conf', qq{
+shared_preload_libraries = 'pgq'
+pgq.max_groups = 16
+});
+$node->start;
+$node->safe_psql('postgres', q{
+	CREATE EXTENSION pgq;
+	CREATE TABLE processed (group_name text, id bigint,
+	                        PRIMARY KEY (group_name, id));
+	SELECT pgq.create_group('g' || i, 'SELECT g FROM generate_series(1, 5) g', 1)
+	FROM generate_series(1, 20) i;
+});
+
+# 20 groups through a 16-entry table: idle entries are evicted
+for my $i (1 .. 20)
+{
+	$node->safe_psql('postgres', qq{
+		BEGIN;
+		INSERT INTO processed SELECT 'g$i', unnest(ids) FROM pgq.claim('g$i');
+		COMMIT;});
+}
+is($node->safe_psql('postgres',
+		'SELECT count(*) FILTER (WHERE claimed = 0), count(*) FROM pgq.group_stats'),
+	'20|20', 'with room made by eviction, every claimed count is known');
+
+# one transaction holds a claim in 16 groups: the table is full of busy entries
+my $holder = $node->background_psql('postgres');
+$holder->query_safe('BEGIN');
+$holder->query_safe(
+	"INSERT INTO processed SELECT 'g$_', unnest(ids) FROM pgq.claim('g$_')")
+  for 1 .. 17;
+
+is($node->safe_psql('postgres', q{
+		SELECT string_agg(group_name || '=' || coalesce(claimed::text, 'NULL'), ' '
+		                  ORDER BY group_name)
+		FROM pgq.group_stats WHERE group_name IN ('g1', 'g16', 'g17', 'g18')}),
+	'g1=1 g16=1 g17=NULL g18=NULL',
+	'busy entries are kept; groups without one show claimed as NULL');
+is($node->safe_psql('postgres',
+		"SELECT pending FROM pgq.group_stats WHERE group_name = 'g17'"),
+	'4', 'the untracked claim still counts as not pending (without hint)');
+$holder->query_safe('COMMIT');
+$holder->quit;
+
+# every group still drains exactly once
+for my $i (1 .. 20)
+{
+	$node->safe_psql('postgres', qq{
+		BEGIN;
+		INSERT INTO processed SELECT 'g$i', unnest(ids) FROM pgq.claim('g$i', 10);
+		COMMIT;});
+}
+is($node->safe_psql('postgres', q{
+		SELECT count(*) FILTER (WHERE state = 'drained') FROM pgq.group_stats}),
+	'20', 'every group drained');
+is($node->safe_psql('postgres',
+		'SELECT count(*), count(DISTINCT (group_name, id)) FROM processed'),
+	'100|100', 'every id of every group processed exactly once');
+
+done_testing();
