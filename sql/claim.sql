@@ -79,6 +79,13 @@ BEGIN;
 SELECT ids FROM pgq.claim('k');
 PREPARE TRANSACTION 'holds_a_claim';
 SELECT pending, claimed FROM pgq.group_stats WHERE group_name = 'k';
+-- nor one that dropped a group: rolling back the prepared drop would need
+-- this session's help to make the group's blocks reachable again
+SELECT pgq.create_group('p', 'SELECT 1', 1);
+BEGIN;
+SELECT pgq.drop_group('p');
+PREPARE TRANSACTION 'dropped';
+SELECT count(*) FROM pgq.groups WHERE group_name = 'p';
 -- a transaction without claims still prepares
 BEGIN;
 SELECT count(*) FROM pgq.group_stats;

@@ -478,14 +478,15 @@ pgq_create_group(PG_FUNCTION_ARGS)
  * pgq.drop_group(group_name) -> boolean
  *
  * Deleting the blocks waits for every transaction that holds one of them;
- * false if there was no such group.
+ * false if there was no such group.  Should the drop be undone, the blocks
+ * it had locked become claimable again: the group's hint is reset then.
  */
 Datum
 pgq_drop_group(PG_FUNCTION_ARGS)
 {
 	Oid			argtypes[1] = {TEXTOID};
 	Datum		values[1];
-	int64		group_id;
+	PgqGroupRef group;
 	bool		isnull;
 	int			rc;
 
@@ -494,8 +495,9 @@ pgq_drop_group(PG_FUNCTION_ARGS)
 
 	SPI_connect();
 	values[0] = PG_GETARG_DATUM(0);
-	rc = SPI_execute_with_args("DELETE FROM pgq.groups WHERE group_name OPERATOR(pg_catalog.=) $1 "
-							   "RETURNING group_id",
+	rc = SPI_execute_with_args("DELETE FROM pgq.groups "
+							   "WHERE group_name OPERATOR(pg_catalog.=) $1 "
+							   "RETURNING group_id, created_at",
 							   1, argtypes, values, NULL, false, 0);
 	if (rc != SPI_OK_DELETE_RETURNING)
 		elog(ERROR, "could not delete group: %s", SPI_result_code_string(rc));
@@ -504,18 +506,24 @@ pgq_drop_group(PG_FUNCTION_ARGS)
 		SPI_finish();
 		PG_RETURN_BOOL(false);
 	}
-	group_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-										   SPI_tuptable->tupdesc, 1, &isnull));
+	group.dbid = MyDatabaseId;
+	group.group_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+												 SPI_tuptable->tupdesc, 1,
+												 &isnull));
+	group.created_at = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0],
+														 SPI_tuptable->tupdesc,
+														 2, &isnull));
 
+	pgq_xact_remember_drop(&group);
 	argtypes[0] = INT8OID;
-	values[0] = Int64GetDatum(group_id);
+	values[0] = Int64GetDatum(group.group_id);
 	rc = SPI_execute_with_args("DELETE FROM pgq.blocks "
 							   "WHERE group_id OPERATOR(pg_catalog.=) $1",
 							   1, argtypes, values, NULL, false, 0);
 	if (rc != SPI_OK_DELETE)
 		elog(ERROR, "could not delete blocks: %s", SPI_result_code_string(rc));
 
-	pgq_group_forget(MyDatabaseId, group_id);
+	pgq_group_forget(MyDatabaseId, group.group_id);
 	SPI_finish();
 	PG_RETURN_BOOL(true);
 }

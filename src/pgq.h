@@ -68,6 +68,7 @@ extern void pgq_group_forget(Oid dbid, int64 group_id);
 /* xact.c: claims held by the current transaction */
 extern void pgq_xact_init(void);
 extern void pgq_xact_remember(const PgqGroupRef *group, int64 block_id);
+extern void pgq_xact_remember_drop(const PgqGroupRef *group);
 extern int64 pgq_xact_own_claims(int64 group_id);
 
 #endif							/* PGQ_H */

@@ -11,6 +11,10 @@
  * that the block becomes reachable again.  PREPARE TRANSACTION is refused: a
  * prepared transaction would hold its blocks with nobody left to process them.
  *
+ * A pgq.drop_group() that is undone needs the same care as a claim: it locks
+ * the group's blocks one by one, and a claim running meanwhile moves the hint
+ * past the ones it has locked.
+ *
  * The records live in TopTransactionContext and are appended in claim order.
  * The callbacks only read them: no allocation, no SPI and no error may happen
  * after commit.
@@ -25,16 +29,23 @@
 
 #include "pgq.h"
 
+/*
+ * A claimed block, or (counted = false) a group whose blocks this transaction
+ * deleted in pgq.drop_group(): a claim that ran meanwhile may have moved the
+ * hint past them, so if the drop is undone they must become reachable again.
+ */
 typedef struct PgqClaimRecord
 {
 	PgqGroupRef group;
 	int64		block_id;
 	int			nest_level;		/* (sub)transaction that holds the claim */
+	bool		counted;		/* in the group's claimed count */
 } PgqClaimRecord;
 
 static PgqClaimRecord *claims = NULL;
 static int	nclaims = 0;
 static int	maxclaims = 0;
+static int	ncounted = 0;		/* records with counted = true */
 
 static void pgq_xact_callback(XactEvent event, void *arg);
 static void pgq_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
@@ -48,13 +59,9 @@ pgq_xact_init(void)
 	RegisterSubXactCallback(pgq_subxact_callback, NULL);
 }
 
-/*
- * Remember that the current (sub)transaction claimed block_id.  Called right
- * after the claim, before the group's claimed count is raised, so an error
- * here leaves the count as it was.
- */
-void
-pgq_xact_remember(const PgqGroupRef *group, int64 block_id)
+/* Append a record for the current (sub)transaction. */
+static void
+add_record(const PgqGroupRef *group, int64 block_id, bool counted)
 {
 	if (nclaims >= maxclaims)
 	{
@@ -70,7 +77,31 @@ pgq_xact_remember(const PgqGroupRef *group, int64 block_id)
 	claims[nclaims].group = *group;
 	claims[nclaims].block_id = block_id;
 	claims[nclaims].nest_level = GetCurrentTransactionNestLevel();
+	claims[nclaims].counted = counted;
 	nclaims++;
+	if (counted)
+		ncounted++;
+}
+
+/*
+ * Remember that the current (sub)transaction claimed block_id.  Called right
+ * after the claim, before the group's claimed count is raised, so an error
+ * here leaves the count as it was.
+ */
+void
+pgq_xact_remember(const PgqGroupRef *group, int64 block_id)
+{
+	add_record(group, block_id, true);
+}
+
+/*
+ * The current (sub)transaction is deleting all blocks of the group: should
+ * it abort, reset the group's hint.  Called before the first block is locked.
+ */
+void
+pgq_xact_remember_drop(const PgqGroupRef *group)
+{
+	add_record(group, 0, false);
 }
 
 /* Blocks of the group that this transaction claimed and still holds. */
@@ -81,7 +112,7 @@ pgq_xact_own_claims(int64 group_id)
 
 	for (int i = 0; i < nclaims; i++)
 	{
-		if (claims[i].group.dbid == MyDatabaseId &&
+		if (claims[i].counted && claims[i].group.dbid == MyDatabaseId &&
 			claims[i].group.group_id == group_id)
 			n++;
 	}
@@ -109,16 +140,20 @@ settle_claims(int first, bool undone)
 	{
 		const PgqGroupRef *group = &claims[i].group;
 		int64		lowest = claims[i].block_id;
-		int			j = i + 1;
+		int64		counted = 0;
+		int			j = i;
 
-		while (j < nclaims && same_group(group, &claims[j].group))
+		for (; j < nclaims && same_group(group, &claims[j].group); j++)
 		{
 			lowest = Min(lowest, claims[j].block_id);
-			j++;
+			if (claims[j].counted)
+				counted++;
 		}
 		if (undone)
 			pgq_hint_lower(group, lowest);
-		pgq_claimed_add(group, -(int64) (j - i));
+		if (counted > 0)
+			pgq_claimed_add(group, -counted);
+		ncounted -= counted;
 		i = j;
 	}
 	nclaims = first;
@@ -130,14 +165,20 @@ pgq_xact_callback(XactEvent event, void *arg)
 	switch (event)
 	{
 		case XACT_EVENT_PRE_PREPARE:
-			if (nclaims > 0)
+			if (ncounted > 0)
 				ereport(ERROR,
 						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 						 errmsg("cannot PREPARE a transaction that holds pgq claims"),
 						 errdetail_plural("The transaction holds %d claimed block.",
 										"The transaction holds %d claimed blocks.",
-										nclaims, nclaims),
+										ncounted, ncounted),
 						 errhint("Commit the transaction to consume the blocks, or roll it back to give them back.")));
+			if (nclaims > 0)
+				ereport(ERROR,
+						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						 errmsg("cannot PREPARE a transaction that dropped a pgq group"),
+						 errdetail("Rolling back a prepared drop would leave blocks that claims skip."),
+						 errhint("Commit or roll back the transaction instead.")));
 			break;
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
@@ -155,6 +196,7 @@ pgq_xact_callback(XactEvent event, void *arg)
 	claims = NULL;
 	nclaims = 0;
 	maxclaims = 0;
+	ncounted = 0;
 }
 
 static void
