@@ -33,3 +33,21 @@ COMMIT;
 
 ROLLBACK PREPARED 'hold_xmin';
 SELECT pgq.drop_group('hint');
+
+-- The hint never hides a block: a row lock taken on pgq.blocks by hand and
+-- released by a commit (so no pgq abort lowers the hint) strands the locked
+-- block below the hint, and claims still find it once the rest is taken.
+SELECT pgq.create_group('stranded', 'SELECT g FROM generate_series(1, 4) g', 1);
+BEGIN;
+SELECT b.ids FROM pgq.blocks b JOIN pgq.groups g USING (group_id)
+WHERE g.group_name = 'stranded' ORDER BY b.block_id LIMIT 1 FOR SHARE OF b;
+PREPARE TRANSACTION 'by_hand';
+BEGIN;
+SELECT ids FROM pgq.claim('stranded');
+COMMIT;
+COMMIT PREPARED 'by_hand';
+BEGIN;
+SELECT ids FROM pgq.claim('stranded', 10);
+COMMIT;
+SELECT state, pending, done FROM pgq.group_stats WHERE group_name = 'stranded';
+SELECT pgq.drop_group('stranded');

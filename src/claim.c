@@ -33,12 +33,6 @@ PG_FUNCTION_INFO_V1(pgq_inflight);
 static SPIPlanPtr group_plan = NULL;
 static SPIPlanPtr claim_plan = NULL;
 
-typedef struct ClaimedBlock
-{
-	int64		block_id;
-	Datum		ids;
-} ClaimedBlock;
-
 /* Prepare a statement once per backend and keep it. */
 static SPIPlanPtr
 keep_plan(const char *sql, int nargs, Oid *argtypes)
@@ -123,20 +117,19 @@ compare_claimed(const void *a, const void *b)
 }
 
 /*
- * Lock and delete up to max_blocks unclaimed blocks of the group, from the
- * hint on, and remember them for the transaction's end.  Returns how many;
- * *blocks (in the caller's memory context) gets them in block_id order.
+ * Lock and delete up to "limit" unclaimed blocks of the group from block id
+ * "from" on, append them to blocks[*nblocks...] (in resultcxt, sorted by
+ * block id), and make them the transaction's claims.  Returns how many.
  */
 static int
-claim_blocks(const PgqGroupRef *group, int max_blocks, ClaimedBlock **blocks,
-			 MemoryContext resultcxt)
+lock_and_delete(const PgqGroupRef *group, int64 from, int limit,
+				ClaimedBlock *blocks, int *nblocks, MemoryContext resultcxt)
 {
 	Datum		values[3];
-	int64		hint;
-	uint64		gen;
-	int			nblocks;
+	int			found;
 	int			rc;
 	MemoryContext oldcxt;
+	ClaimedBlock *added = blocks + *nblocks;
 
 	if (claim_plan == NULL)
 	{
@@ -144,7 +137,8 @@ claim_blocks(const PgqGroupRef *group, int max_blocks, ClaimedBlock **blocks,
 
 		/*
 		 * Lock first, then delete by ctid: DELETE has no SKIP LOCKED.  The
-		 * index on (group_id, block_id) takes the scan straight to the hint.
+		 * primary key on (group_id, block_id) takes the scan straight to
+		 * "from".
 		 */
 		claim_plan = keep_plan("DELETE FROM pgq.blocks "
 							   "WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
@@ -157,38 +151,69 @@ claim_blocks(const PgqGroupRef *group, int max_blocks, ClaimedBlock **blocks,
 							   3, argtypes);
 	}
 
-	(void) pgq_hint_get(group, &hint, &gen);
 	values[0] = Int64GetDatum(group->group_id);
-	values[1] = Int64GetDatum(hint);
-	values[2] = Int32GetDatum(max_blocks);
+	values[1] = Int64GetDatum(from);
+	values[2] = Int32GetDatum(limit);
 	rc = SPI_execute_plan(claim_plan, values, NULL, false, 0);
 	if (rc != SPI_OK_DELETE_RETURNING)
 		elog(ERROR, "could not claim blocks: %s", SPI_result_code_string(rc));
 
-	nblocks = (int) SPI_processed;
+	found = (int) SPI_processed;
 	oldcxt = MemoryContextSwitchTo(resultcxt);
-	*blocks = palloc(Max(nblocks, 1) * sizeof(ClaimedBlock));
-	for (int i = 0; i < nblocks; i++)
+	for (int i = 0; i < found; i++)
 	{
 		HeapTuple	tuple = SPI_tuptable->vals[i];
 		TupleDesc	tupdesc = SPI_tuptable->tupdesc;
 		bool		isnull;
+		Datum		ids;
 
-		(*blocks)[i].block_id =
+		added[i].block_id =
 			DatumGetInt64(SPI_getbinval(tuple, tupdesc, 1, &isnull));
-		/* the stored array is out of line, in rows this claim just deleted */
-		(*blocks)[i].ids = PointerGetDatum(PG_DETOAST_DATUM_COPY(SPI_getbinval(tuple, tupdesc, 2, &isnull)));
+		/* the array is stored out of line, in rows this claim just deleted */
+		ids = SPI_getbinval(tuple, tupdesc, 2, &isnull);
+		added[i].ids = PointerGetDatum(PG_DETOAST_DATUM_COPY(ids));
 	}
 	MemoryContextSwitchTo(oldcxt);
-	qsort(*blocks, nblocks, sizeof(ClaimedBlock), compare_claimed);
+	qsort(added, found, sizeof(ClaimedBlock), compare_claimed);
 
-	for (int i = 0; i < nblocks; i++)
-		pgq_xact_remember(group, (*blocks)[i].block_id);
-	if (nblocks > 0)
+	pgq_xact_remember(group, added, found);
+	*nblocks += found;
+	return found;
+}
+
+/*
+ * Claim up to max_blocks blocks, from the group's hint on.  Should that find
+ * fewer, look again from the start of the group: a block whose holder let
+ * it go without pgq knowing (say, a row lock taken on pgq.blocks by hand)
+ * may lie below the hint.  The hint only saves work; it never hides a block.
+ *
+ * Returns how many; *blocks (in resultcxt) gets them in block id order.
+ */
+static int
+claim_blocks(const PgqGroupRef *group, int max_blocks, ClaimedBlock **blocks,
+			 MemoryContext resultcxt)
+{
+	int64		hint;
+	uint64		gen;
+	int			nblocks = 0;
+	int			first;
+
+	*blocks = MemoryContextAlloc(resultcxt, max_blocks * sizeof(ClaimedBlock));
+	(void) pgq_hint_get(group, &hint, &gen);
+
+	first = lock_and_delete(group, hint, max_blocks, *blocks, &nblocks,
+							resultcxt);
+	/* everything below the last block claimed is consumed or held */
+	if (first > 0)
+		pgq_hint_advance(group, gen, (*blocks)[first - 1].block_id + 1);
+
+	if (nblocks < max_blocks && hint > 0 &&
+		lock_and_delete(group, 0, max_blocks - nblocks, *blocks, &nblocks,
+						resultcxt) > 0)
 	{
-		pgq_claimed_add(group, nblocks);
-		/* everything below the last block claimed is consumed or held */
-		pgq_hint_advance(group, gen, (*blocks)[nblocks - 1].block_id + 1);
+		/* blocks were stranded below the hint: start there next time */
+		pgq_hint_lower(group, (*blocks)[first].block_id);
+		qsort(*blocks, nblocks, sizeof(ClaimedBlock), compare_claimed);
 	}
 	return nblocks;
 }

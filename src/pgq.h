@@ -37,6 +37,13 @@ typedef struct PgqGroupRef
 	TimestampTz created_at;
 } PgqGroupRef;
 
+/* A block claimed by the current transaction, as pgq.claim() returns it. */
+typedef struct ClaimedBlock
+{
+	int64		block_id;
+	Datum		ids;			/* bigint[] */
+} ClaimedBlock;
+
 /* InitMaterializedSRF() appeared in 15.1, after SetSingleFuncCall() in 15.0 */
 #if PG_VERSION_NUM >= 150001
 #include "funcapi.h"
@@ -67,7 +74,8 @@ extern void pgq_group_forget(Oid dbid, int64 group_id);
 
 /* xact.c: claims held by the current transaction */
 extern void pgq_xact_init(void);
-extern void pgq_xact_remember(const PgqGroupRef *group, int64 block_id);
+extern void pgq_xact_remember(const PgqGroupRef *group,
+							  const ClaimedBlock *blocks, int n);
 extern void pgq_xact_remember_drop(const PgqGroupRef *group);
 extern int64 pgq_xact_own_claims(int64 group_id);
 

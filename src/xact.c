@@ -59,21 +59,11 @@ pgq_xact_init(void)
 	RegisterSubXactCallback(pgq_subxact_callback, NULL);
 }
 
-/* Append a record for the current (sub)transaction. */
+/* Append a record for the current (sub)transaction; room must be reserved. */
 static void
 add_record(const PgqGroupRef *group, int64 block_id, bool counted)
 {
-	if (nclaims >= maxclaims)
-	{
-		int			newmax = Max(64, maxclaims * 2);
-
-		if (claims == NULL)
-			claims = MemoryContextAlloc(TopTransactionContext,
-										newmax * sizeof(PgqClaimRecord));
-		else
-			claims = repalloc(claims, newmax * sizeof(PgqClaimRecord));
-		maxclaims = newmax;
-	}
+	Assert(nclaims < maxclaims);
 	claims[nclaims].group = *group;
 	claims[nclaims].block_id = block_id;
 	claims[nclaims].nest_level = GetCurrentTransactionNestLevel();
@@ -84,14 +74,40 @@ add_record(const PgqGroupRef *group, int64 block_id, bool counted)
 }
 
 /*
- * Remember that the current (sub)transaction claimed block_id.  Called right
- * after the claim, before the group's claimed count is raised, so an error
- * here leaves the count as it was.
+ * Make room for n more records, so that adding them cannot fail.
+ */
+static void
+reserve_records(int n)
+{
+	int			newmax;
+
+	if (nclaims + n <= maxclaims)
+		return;
+	newmax = Max(64, maxclaims);
+	while (newmax < nclaims + n)
+		newmax *= 2;
+	if (claims == NULL)
+		claims = MemoryContextAlloc(TopTransactionContext,
+									newmax * sizeof(PgqClaimRecord));
+	else
+		claims = repalloc(claims, newmax * sizeof(PgqClaimRecord));
+	maxclaims = newmax;
+}
+
+/*
+ * The current (sub)transaction just claimed these blocks of the group:
+ * remember them for its end, and count them as claimed.  Both happen or
+ * neither, so the shared count always matches what ends will subtract.
  */
 void
-pgq_xact_remember(const PgqGroupRef *group, int64 block_id)
+pgq_xact_remember(const PgqGroupRef *group, const ClaimedBlock *blocks, int n)
 {
-	add_record(group, block_id, true);
+	if (n == 0)
+		return;
+	reserve_records(n);
+	for (int i = 0; i < n; i++)
+		add_record(group, blocks[i].block_id, true);
+	pgq_claimed_add(group, n);
 }
 
 /*
@@ -101,6 +117,7 @@ pgq_xact_remember(const PgqGroupRef *group, int64 block_id)
 void
 pgq_xact_remember_drop(const PgqGroupRef *group)
 {
+	reserve_records(1);
 	add_record(group, 0, false);
 }
 
