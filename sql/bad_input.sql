@@ -65,7 +65,9 @@ SELECT sql, try(sql) FROM (VALUES
     ($$SELECT pgq.claim('exists', -1)$$),
     ($$SELECT pgq.claim('exists', 10001)$$),
     ($$SELECT pgq.claim('no such group')$$),
-    ($$SELECT pgq.drop_group(NULL)$$)
+    ($$SELECT pgq.drop_group(NULL)$$),
+    ($$SELECT pgq.drop_group('')$$),
+    ($$SELECT pgq.drop_group(repeat('n', 129))$$)
 ) AS cases(sql);
 
 -- claims inside a transaction block, where the mode's checks pass

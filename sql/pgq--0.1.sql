@@ -83,11 +83,13 @@ LANGUAGE C VOLATILE STRICT;
 -- A block claimed by another open transaction is still visible to this
 -- snapshot, one claimed by this transaction is not: "remaining" counts the
 -- visible rows, and the in-flight counts turn that into pending and claimed.
+-- Without shared memory (pgq not preloaded) claimed is NULL, and blocks that
+-- other transactions hold count as pending.
 CREATE VIEW pgq.group_stats AS
 SELECT g.group_name,
        g.mode,
        CASE WHEN g.state = 'ready' AND s.pending = 0
-                 AND coalesce(f.claimed, 0) = 0
+                 AND coalesce(f.claimed, f.own) = 0
             THEN 'drained' ELSE g.state END AS state,
        g.block_size,
        g.total_ids,

@@ -491,6 +491,7 @@ pgq_drop_group(PG_FUNCTION_ARGS)
 	int			rc;
 
 	check_arg_not_null(fcinfo, 0, "group_name");
+	pgq_check_name(PG_GETARG_TEXT_PP(0));
 	check_not_in_recovery("drop a group");
 
 	SPI_connect();

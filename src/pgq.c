@@ -60,23 +60,21 @@ pgq_shmem_startup(void)
 void
 _PG_init(void)
 {
-	DefineCustomIntVariable("pgq.max_groups",
-							"Number of groups whose claim state pgq keeps in shared memory.",
-							"Groups beyond this number still work, but claims on them scan from the start of the group and their claimed count is unknown.",
-							&pgq_max_groups,
-							1024, 16, 1000000,
-							PGC_POSTMASTER,
-							0,
-							NULL, NULL, NULL);
-
-#if PG_VERSION_NUM >= 150000
-	MarkGUCPrefixReserved("pgq");
-#else
-	EmitWarningsOnPlaceholders("pgq");
-#endif
-
+	/*
+	 * Shared memory, and the setting that sizes it, exist only when pgq is
+	 * preloaded: a PGC_POSTMASTER setting cannot be defined later.
+	 */
 	if (process_shared_preload_libraries_in_progress)
 	{
+		DefineCustomIntVariable("pgq.max_groups",
+								"Number of groups whose claim state pgq keeps in shared memory.",
+								"Idle groups make room for busy ones.  Groups left without room still work, but claims on them scan from the start of the group and their claimed count shows as NULL.",
+								&pgq_max_groups,
+								1024, 16, 1000000,
+								PGC_POSTMASTER,
+								0,
+								NULL, NULL, NULL);
+
 #if PG_VERSION_NUM >= 150000
 		prev_shmem_request_hook = shmem_request_hook;
 		shmem_request_hook = pgq_shmem_request;
@@ -86,6 +84,12 @@ _PG_init(void)
 		prev_shmem_startup_hook = shmem_startup_hook;
 		shmem_startup_hook = pgq_shmem_startup;
 	}
+
+#if PG_VERSION_NUM >= 150000
+	MarkGUCPrefixReserved("pgq");
+#else
+	EmitWarningsOnPlaceholders("pgq");
+#endif
 
 	pgq_xact_init();
 }

@@ -44,15 +44,16 @@ export PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/$pg_major/bin/pg_config}
 
 if [ "$(id -u)" = 0 ]; then
 	install_packages
-	say "building and installing"
-	make -C "$top" -s clean >/dev/null
-	make -C "$top" -s PG_CFLAGS='-Wall -Wextra -Werror'
-	make -C "$top" -s install >/dev/null
-	id "$test_user" >/dev/null 2>&1 || useradd --create-home "$test_user"
+	# build in a copy, so that no root-owned build output is left in the tree
 	work=$(mktemp -d /tmp/pgq-test.XXXXXX)
-	cp -a "$top"/. "$work"/
-	chown -R "$test_user" "$work" "$log_dir"
 	trap 'rm -rf "$work"' EXIT
+	cp -a "$top"/. "$work"/
+	say "building and installing"
+	make -C "$work" -s clean >/dev/null
+	make -C "$work" -s PG_CFLAGS='-Wall -Wextra -Werror'
+	make -C "$work" -s install >/dev/null
+	id "$test_user" >/dev/null 2>&1 || useradd --create-home "$test_user"
+	chown -R "$test_user" "$work" "$log_dir"
 else
 	say "building (pgq must already be installed)"
 	make -C "$top" -s PG_CFLAGS='-Wall -Wextra -Werror'
