@@ -26,8 +26,13 @@ SELECT sql, try(sql) FROM (VALUES
     ($$SELECT pgq.create_group('x', 'SELECT 1', 1000001)$$),
     ($$SELECT pgq.create_group('x', 'SELECT 1', mode => NULL)$$),
     ($$SELECT pgq.create_group('x', 'SELECT 1', mode => 'bogus')$$),
-    ($$SELECT pgq.create_group('x', 'SELECT 1', mode => 'lease')$$),
-    ($$SELECT pgq.create_group('x', 'SELECT 1', mode => 'advisory')$$),
+    ($$SELECT pgq.create_group('x', 'SELECT 1', lease => NULL)$$),
+    ($$SELECT pgq.create_group('x', 'SELECT 1', lease => '0')$$),
+    ($$SELECT pgq.create_group('x', 'SELECT 1', lease => '-5 minutes')$$),
+    ($$SELECT pgq.create_group('x', 'SELECT 1', lease => '1 month')$$),
+    ($$SELECT pgq.create_group('x', 'SELECT 1', lease => '367 days')$$),
+    ($$SELECT pgq.create_group('x', 'SELECT 1', max_attempts => NULL)$$),
+    ($$SELECT pgq.create_group('x', 'SELECT 1', max_attempts => 0)$$),
     ($$SELECT pgq.create_group('x', 'SELECT 1', async => NULL)$$),
     ($$SELECT pgq.create_group('x', 'SELECT 1', async => true)$$),
     -- queries that do not parse, or give no usable ids
@@ -57,6 +62,9 @@ SELECT sql, try(sql) FROM (VALUES
     -- an existing name with another definition
     ($$SELECT pgq.create_group('exists', 'SELECT a FROM t ORDER BY a')$$),
     ($$SELECT pgq.create_group('exists', 'SELECT a FROM t', 11)$$),
+    ($$SELECT pgq.create_group('exists', 'SELECT a FROM t', 10, mode => 'lease')$$),
+    ($$SELECT pgq.create_group('exists', 'SELECT a FROM t', 10, lease => '1 hour')$$),
+    ($$SELECT pgq.create_group('exists', 'SELECT a FROM t', 10, max_attempts => 9)$$),
     -- claims
     ($$SELECT pgq.claim(NULL)$$),
     ($$SELECT pgq.claim('')$$),

@@ -14,6 +14,9 @@ CREATE TABLE pgq.groups (
     block_size   integer NOT NULL CHECK (block_size > 0),
     state        text NOT NULL DEFAULT 'materializing'
                  CHECK (state IN ('materializing', 'ready', 'failed')),
+    lease        interval NOT NULL DEFAULT '5 minutes'
+                 CHECK (lease > '0'),
+    max_attempts integer NOT NULL DEFAULT 5 CHECK (max_attempts > 0),
     owner        regrole NOT NULL,
     search_path  text NOT NULL,
     total_ids    bigint,
@@ -23,19 +26,38 @@ CREATE TABLE pgq.groups (
     ready_at     timestamptz
 );
 
--- Blocks still to be consumed.  A transaction-mode claim locks and deletes
--- its block, so COMMIT consumes it and ROLLBACK gives it back.  Block ids
--- come from one sequence, so their order within a group is the query's.
+-- Blocks not consumed yet.  Block ids come from one sequence, so their order
+-- within a group is the query's.
+--
+-- A transaction-mode claim locks and deletes its block, so COMMIT consumes
+-- it and ROLLBACK gives it back.  An advisory-mode claim writes nothing: it
+-- takes an advisory lock, and pgq.complete() deletes the block.  A lease-mode
+-- claim commits state 'c' with a deadline; pgq.complete() deletes the block.
+--
+-- state: 'p' pending; 'c' claimed under a lease until lease_until; 'r'
+-- waiting to be retried, claimable from lease_until on; 'f' failed for good
+-- (dead-lettered), with its last error.  attempt counts the claims of lease
+-- mode and the failures of advisory mode.
 CREATE SEQUENCE pgq.block_id_seq AS bigint;
 
--- The primary key is the only index, so that a claim's scan of one group
--- from its hint can only ever be planned on it.
 CREATE TABLE pgq.blocks (
-    group_id bigint NOT NULL,
-    block_id bigint NOT NULL,
-    ids      bigint[] NOT NULL,
+    group_id    bigint NOT NULL,
+    block_id    bigint NOT NULL,
+    ids         bigint[] NOT NULL,
+    state       "char" NOT NULL DEFAULT 'p'
+                CHECK (state IN ('p', 'c', 'r', 'f')),
+    attempt     integer NOT NULL DEFAULT 0,
+    lease_until timestamptz,
+    last_error  text,
     PRIMARY KEY (group_id, block_id)
 );
+-- Lookups by block id alone (complete, release, fail, extend) use a hash
+-- index: it serves only equality, so a claim's range scan of one group from
+-- its hint can only be planned on the primary key.
+CREATE INDEX blocks_block_id_idx ON pgq.blocks USING hash (block_id);
+-- Leases that run out and retries that come due, oldest first.
+CREATE INDEX blocks_due_idx ON pgq.blocks (group_id, lease_until)
+    WHERE state IN ('c', 'r');
 -- Id arrays are large and barely compressible: store them out of line
 -- without spending CPU on compression.
 ALTER TABLE pgq.blocks ALTER COLUMN ids SET STORAGE EXTERNAL;
@@ -45,15 +67,30 @@ SELECT pg_catalog.pg_extension_config_dump('pgq.blocks', '');
 SELECT pg_catalog.pg_extension_config_dump('pgq.block_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('pgq.groups_group_id_seq', '');
 
+-- Advisory-mode workers.  UNLOGGED: crash recovery empties it and a standby
+-- has none of it, which is how a worker learns that its locks are gone.  Ids
+-- come from a logged sequence, so they never repeat, not even after a crash.
+CREATE SEQUENCE pgq.worker_id_seq AS bigint;
+
+CREATE UNLOGGED TABLE pgq.worker_registry (
+    worker_id     bigint PRIMARY KEY,
+    worker_name   text,
+    pid           integer NOT NULL,
+    registered_at timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+
 CREATE FUNCTION pgq.create_group(group_name text, query text,
                                  block_size integer DEFAULT 5000,
                                  mode text DEFAULT 'transaction',
-                                 async boolean DEFAULT false)
+                                 async boolean DEFAULT false,
+                                 lease interval DEFAULT '5 minutes',
+                                 max_attempts integer DEFAULT 5)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'pgq_create_group'
 LANGUAGE C VOLATILE;
 
-COMMENT ON FUNCTION pgq.create_group(text, text, integer, text, boolean) IS
+COMMENT ON FUNCTION pgq.create_group(text, text, integer, text, boolean,
+                                     interval, integer) IS
 'create a group of blocks from a query''s ids; true for the caller that created it';
 
 CREATE FUNCTION pgq.drop_group(group_name text)
@@ -65,13 +102,77 @@ COMMENT ON FUNCTION pgq.drop_group(text) IS
 'drop a group and its blocks; false if it did not exist';
 
 CREATE FUNCTION pgq.claim(group_name text, max_blocks integer DEFAULT 1,
-                          wait interval DEFAULT NULL)
+                          wait interval DEFAULT NULL,
+                          worker_id bigint DEFAULT NULL)
 RETURNS TABLE (block_id bigint, attempt integer, ids bigint[], payload jsonb)
 AS 'MODULE_PATHNAME', 'pgq_claim'
 LANGUAGE C VOLATILE ROWS 1;
 
-COMMENT ON FUNCTION pgq.claim(text, integer, interval) IS
+COMMENT ON FUNCTION pgq.claim(text, integer, interval, bigint) IS
 'claim up to max_blocks unclaimed blocks of a group';
+
+CREATE FUNCTION pgq.complete(block_id bigint, result jsonb DEFAULT NULL,
+                             attempt integer DEFAULT NULL,
+                             worker_id bigint DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'pgq_complete'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION pgq.complete(bigint, jsonb, integer, bigint) IS
+'consume a claimed block (lease and advisory modes); false if the caller does not hold it';
+
+CREATE FUNCTION pgq.release(block_id bigint, attempt integer DEFAULT NULL,
+                            worker_id bigint DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'pgq_release'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION pgq.release(bigint, integer, bigint) IS
+'give a claimed block back to the group; false if the caller does not hold it';
+
+CREATE FUNCTION pgq.fail(block_id bigint, error text DEFAULT NULL,
+                         retry_after interval DEFAULT NULL,
+                         attempt integer DEFAULT NULL,
+                         worker_id bigint DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'pgq_fail'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION pgq.fail(bigint, text, interval, integer, bigint) IS
+'record a failed attempt: retry later, or dead-letter after max_attempts';
+
+CREATE FUNCTION pgq.extend(block_id bigint, lease interval,
+                           attempt integer DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'pgq_extend'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION pgq.extend(bigint, interval, integer) IS
+'extend a lease-mode claim to now() + lease; false if the caller does not hold it';
+
+CREATE FUNCTION pgq.register_worker(worker_name text DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'pgq_register_worker'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION pgq.register_worker(text) IS
+'register this session as an advisory-mode worker; returns its id';
+
+CREATE FUNCTION pgq.check_worker(worker_id bigint)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'pgq_check_worker'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION pgq.check_worker(bigint) IS
+'true if the worker is registered and this session still holds its locks';
+
+CREATE FUNCTION pgq.relock(block_ids bigint[], worker_id bigint)
+RETURNS bigint[]
+AS 'MODULE_PATHNAME', 'pgq_relock'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION pgq.relock(bigint[], bigint) IS
+'take advisory blocks back after the locks were lost; returns those regained';
 
 -- Blocks of a group held by open transactions: claimed, from shared memory
 -- (NULL when pgq is not preloaded), and own, held by the calling transaction.
@@ -80,24 +181,27 @@ CREATE FUNCTION pgq.inflight(group_id bigint, created_at timestamptz,
 AS 'MODULE_PATHNAME', 'pgq_inflight'
 LANGUAGE C VOLATILE STRICT;
 
--- A block claimed by another open transaction is still visible to this
--- snapshot, one claimed by this transaction is not: "remaining" counts the
--- visible rows, and the in-flight counts turn that into pending and claimed.
--- Without shared memory (pgq not preloaded) claimed is NULL, and blocks that
--- other transactions hold count as pending.
+-- Counting blocks by mode:
+-- * lease: claims are committed rows, state 'c' until their lease runs out;
+--   a claim whose lease ran out counts as pending again.
+-- * transaction and advisory: claims are held by open transactions or
+--   sessions, so the claimed count comes from shared memory (NULL when pgq
+--   is not preloaded; blocks held by others then count as pending).  A block
+--   claimed by another open transaction is still visible to this snapshot,
+--   one claimed by this transaction is not ("own").
 CREATE VIEW pgq.group_stats AS
 SELECT g.group_name,
        g.mode,
        CASE WHEN g.state = 'ready' AND s.pending = 0
-                 AND coalesce(f.claimed, f.own) = 0
+                 AND coalesce(s.claimed, f.own) = 0
             THEN 'drained' ELSE g.state END AS state,
        g.block_size,
        g.total_ids,
        g.total_blocks,
        s.pending,
-       f.claimed,
+       s.claimed,
        g.total_blocks - r.remaining - f.own AS done,
-       0::bigint AS failed,
+       r.failed,
        g.created_at,
        g.ready_at,
        g.owner,
@@ -105,15 +209,51 @@ SELECT g.group_name,
             THEN round(100.0 * (g.total_blocks - r.remaining - f.own)
                        / g.total_blocks, 1)
        END AS percent_done,
+       g.lease,
+       g.max_attempts,
        g.error
 FROM pgq.groups g
-CROSS JOIN LATERAL (SELECT count(*) AS remaining
+CROSS JOIN LATERAL (SELECT count(*) AS remaining,
+                           count(*) FILTER (WHERE b.state = 'f') AS failed,
+                           count(*) FILTER (WHERE b.state = 'c'
+                                              AND b.lease_until > now())
+                               AS leased
                     FROM pgq.blocks b
                     WHERE b.group_id = g.group_id) r
 CROSS JOIN LATERAL pgq.inflight(g.group_id, g.created_at) f
-CROSS JOIN LATERAL (SELECT greatest(r.remaining + f.own
-                                    - coalesce(f.claimed, f.own), 0)
-                           AS pending) s;
+CROSS JOIN LATERAL (
+    SELECT CASE WHEN g.mode = 'lease' THEN r.leased ELSE f.claimed END
+               AS claimed,
+           CASE WHEN g.mode = 'lease'
+                THEN r.remaining - r.failed - r.leased
+                ELSE greatest(r.remaining - r.failed + f.own
+                              - coalesce(f.claimed, f.own), 0)
+           END AS pending) s;
 
 COMMENT ON VIEW pgq.group_stats IS
-'progress of every group: blocks pending, claimed by open transactions, and done';
+'progress of every group: blocks pending, claimed, done and failed';
+
+-- Advisory-mode workers, whether their session still holds its placeholder
+-- lock, and how many blocks it holds (from pg_locks: for psql, not for a
+-- hot path).
+CREATE VIEW pgq.workers AS
+SELECT w.worker_id,
+       w.worker_name,
+       w.pid,
+       w.registered_at,
+       EXISTS (SELECT FROM pg_catalog.pg_locks l
+               WHERE l.locktype = 'advisory' AND l.granted
+                 AND l.database = d.oid AND l.objsubid = 20562
+                 AND l.pid = w.pid
+                 AND (l.classid::bigint << 32 | l.objid::bigint) = w.worker_id)
+           AS alive,
+       (SELECT count(*) FROM pg_catalog.pg_locks l
+        WHERE l.locktype = 'advisory' AND l.granted
+          AND l.database = d.oid AND l.objsubid = 20561
+          AND l.pid = w.pid) AS blocks_held
+FROM pgq.worker_registry w
+CROSS JOIN (SELECT oid FROM pg_catalog.pg_database
+            WHERE datname = pg_catalog.current_database()) d;
+
+COMMENT ON VIEW pgq.workers IS
+'advisory-mode workers: alive while their session holds its locks';

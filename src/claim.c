@@ -29,70 +29,18 @@
 PG_FUNCTION_INFO_V1(pgq_claim);
 PG_FUNCTION_INFO_V1(pgq_inflight);
 
-/* Saved plans, kept for the life of the backend. */
-static SPIPlanPtr group_plan = NULL;
+/* Saved plan, kept for the life of the backend. */
 static SPIPlanPtr claim_plan = NULL;
 
-/* Prepare a statement once per backend and keep it. */
-static SPIPlanPtr
-keep_plan(const char *sql, int nargs, Oid *argtypes)
-{
-	SPIPlanPtr	plan = SPI_prepare(sql, nargs, argtypes);
-
-	if (plan == NULL)
-		elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-	if (SPI_keepplan(plan) != 0)
-		elog(ERROR, "SPI_keepplan failed");
-	return plan;
-}
-
-/* Look a group up by name; an error if it does not exist. */
-static void
-lookup_group(text *name, PgqGroupRef *group, PgqMode *mode)
-{
-	Datum		values[1];
-	HeapTuple	tuple;
-	TupleDesc	tupdesc;
-	bool		isnull;
-	int			rc;
-
-	if (group_plan == NULL)
-	{
-		Oid			argtypes[1] = {TEXTOID};
-
-		group_plan = keep_plan("SELECT group_id, mode, created_at "
-							   "FROM pgq.groups WHERE group_name OPERATOR(pg_catalog.=) $1",
-							   1, argtypes);
-	}
-
-	values[0] = PointerGetDatum(name);
-	rc = SPI_execute_plan(group_plan, values, NULL, false, 1);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "could not read group: %s", SPI_result_code_string(rc));
-	if (SPI_processed == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("group \"%s\" does not exist", text_to_cstring(name)),
-				 errhint("Create it with pgq.create_group().")));
-
-	tuple = SPI_tuptable->vals[0];
-	tupdesc = SPI_tuptable->tupdesc;
-	group->dbid = MyDatabaseId;
-	group->group_id = DatumGetInt64(SPI_getbinval(tuple, tupdesc, 1, &isnull));
-	*mode = pgq_parse_mode(SPI_getvalue(tuple, tupdesc, 2));
-	group->created_at = DatumGetTimestampTz(SPI_getbinval(tuple, tupdesc, 3,
-														  &isnull));
-}
-
 /*
- * A transaction-mode claim is consumed when the caller's transaction
- * commits: it needs a transaction block, and READ COMMITTED, where SKIP
- * LOCKED moves past blocks that others consumed meanwhile.
+ * Claims need READ COMMITTED, where SKIP LOCKED moves past blocks that others
+ * consumed meanwhile.  A transaction-mode claim is consumed when the caller's
+ * transaction commits, so it also needs a transaction block.
  */
 static void
-check_transaction_mode_context(void)
+check_claim_context(PgqMode mode)
 {
-	if (!IsTransactionBlock())
+	if (mode == PGQ_MODE_TRANSACTION && !IsTransactionBlock())
 		ereport(ERROR,
 				(errcode(ERRCODE_NO_ACTIVE_SQL_TRANSACTION),
 				 errmsg("pgq.claim() in transaction mode must be called inside a transaction block"),
@@ -117,6 +65,35 @@ compare_claimed(const void *a, const void *b)
 }
 
 /*
+ * Copy the blocks the last SPI statement returned, as columns block_id (1),
+ * ids (2) and, if attempt_col is not 0, attempt, into blocks[] in cxt, in
+ * block id order.  Returns how many.  The arrays are detoasted: they may be
+ * stored out of line, in rows the statement just deleted.
+ */
+int
+pgq_claimed_from_spi(ClaimedBlock *blocks, int attempt_col, MemoryContext cxt)
+{
+	int			n = (int) SPI_processed;
+	TupleDesc	tupdesc = SPI_tuptable->tupdesc;
+	MemoryContext oldcxt = MemoryContextSwitchTo(cxt);
+
+	for (int i = 0; i < n; i++)
+	{
+		HeapTuple	tuple = SPI_tuptable->vals[i];
+		bool		isnull;
+
+		blocks[i].block_id =
+			DatumGetInt64(SPI_getbinval(tuple, tupdesc, 1, &isnull));
+		blocks[i].ids = PointerGetDatum(PG_DETOAST_DATUM_COPY(SPI_getbinval(tuple, tupdesc, 2, &isnull)));
+		blocks[i].attempt = attempt_col == 0 ? 1 :
+			DatumGetInt32(SPI_getbinval(tuple, tupdesc, attempt_col, &isnull));
+	}
+	MemoryContextSwitchTo(oldcxt);
+	qsort(blocks, n, sizeof(ClaimedBlock), compare_claimed);
+	return n;
+}
+
+/*
  * Lock and delete up to "limit" unclaimed blocks of the group from block id
  * "from" on, append them to blocks[*nblocks...] (in resultcxt, sorted by
  * block id), and make them the transaction's claims.  Returns how many.
@@ -128,7 +105,6 @@ lock_and_delete(const PgqGroupRef *group, int64 from, int limit,
 	Datum		values[3];
 	int			found;
 	int			rc;
-	MemoryContext oldcxt;
 	ClaimedBlock *added = blocks + *nblocks;
 
 	if (claim_plan == NULL)
@@ -140,11 +116,11 @@ lock_and_delete(const PgqGroupRef *group, int64 from, int limit,
 		 * primary key on (group_id, block_id) takes the scan straight to
 		 * "from".
 		 */
-		claim_plan = keep_plan("DELETE FROM pgq.blocks "
-							   "WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
+		claim_plan = pgq_keep_plan("DELETE FROM pgq.blocks "
+							   "WHERE ctid " OP("=") " ANY (ARRAY("
 							   "SELECT ctid FROM pgq.blocks "
-							   "WHERE group_id OPERATOR(pg_catalog.=) $1 "
-							   "AND block_id OPERATOR(pg_catalog.>=) $2 "
+							   "WHERE group_id " OP("=") " $1 "
+							   "AND block_id " OP(">=") " $2 "
 							   "ORDER BY group_id, block_id LIMIT $3 "
 							   "FOR UPDATE SKIP LOCKED)) "
 							   "RETURNING block_id, ids",
@@ -158,24 +134,7 @@ lock_and_delete(const PgqGroupRef *group, int64 from, int limit,
 	if (rc != SPI_OK_DELETE_RETURNING)
 		elog(ERROR, "could not claim blocks: %s", SPI_result_code_string(rc));
 
-	found = (int) SPI_processed;
-	oldcxt = MemoryContextSwitchTo(resultcxt);
-	for (int i = 0; i < found; i++)
-	{
-		HeapTuple	tuple = SPI_tuptable->vals[i];
-		TupleDesc	tupdesc = SPI_tuptable->tupdesc;
-		bool		isnull;
-		Datum		ids;
-
-		added[i].block_id =
-			DatumGetInt64(SPI_getbinval(tuple, tupdesc, 1, &isnull));
-		/* the array is stored out of line, in rows this claim just deleted */
-		ids = SPI_getbinval(tuple, tupdesc, 2, &isnull);
-		added[i].ids = PointerGetDatum(PG_DETOAST_DATUM_COPY(ids));
-	}
-	MemoryContextSwitchTo(oldcxt);
-	qsort(added, found, sizeof(ClaimedBlock), compare_claimed);
-
+	found = pgq_claimed_from_spi(added, 0, resultcxt);
 	pgq_xact_remember(group, added, found);
 	*nblocks += found;
 	return found;
@@ -187,39 +146,38 @@ lock_and_delete(const PgqGroupRef *group, int64 from, int limit,
  * it go without pgq knowing (say, a row lock taken on pgq.blocks by hand)
  * may lie below the hint.  The hint only saves work; it never hides a block.
  *
- * Returns how many; *blocks (in resultcxt) gets them in block id order.
+ * Returns how many; blocks[] (in resultcxt) gets them in block id order.
  */
 static int
-claim_blocks(const PgqGroupRef *group, int max_blocks, ClaimedBlock **blocks,
-			 MemoryContext resultcxt)
+transaction_claim(const PgqGroupRef *group, int max_blocks,
+				  ClaimedBlock *blocks, MemoryContext resultcxt)
 {
 	int64		hint;
 	uint64		gen;
 	int			nblocks = 0;
 	int			first;
 
-	*blocks = MemoryContextAlloc(resultcxt, max_blocks * sizeof(ClaimedBlock));
 	(void) pgq_hint_get(group, &hint, &gen);
 
-	first = lock_and_delete(group, hint, max_blocks, *blocks, &nblocks,
+	first = lock_and_delete(group, hint, max_blocks, blocks, &nblocks,
 							resultcxt);
 	/* everything below the last block claimed is consumed or held */
 	if (first > 0)
-		pgq_hint_advance(group, gen, (*blocks)[first - 1].block_id + 1);
+		pgq_hint_advance(group, gen, blocks[first - 1].block_id + 1);
 
 	if (nblocks < max_blocks && hint > 0 &&
-		lock_and_delete(group, 0, max_blocks - nblocks, *blocks, &nblocks,
+		lock_and_delete(group, 0, max_blocks - nblocks, blocks, &nblocks,
 						resultcxt) > 0)
 	{
 		/* blocks were stranded below the hint: start there next time */
-		pgq_hint_lower(group, (*blocks)[first].block_id);
-		qsort(*blocks, nblocks, sizeof(ClaimedBlock), compare_claimed);
+		pgq_hint_lower(group, blocks[first].block_id);
+		qsort(blocks, nblocks, sizeof(ClaimedBlock), compare_claimed);
 	}
 	return nblocks;
 }
 
 /*
- * pgq.claim(group_name, max_blocks, wait)
+ * pgq.claim(group_name, max_blocks, wait, worker_id)
  *	  -> TABLE(block_id, attempt, ids, payload)
  *
  * Up to max_blocks blocks, in block_id order; no rows when nothing is
@@ -229,21 +187,15 @@ Datum
 pgq_claim(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	MemoryContext resultcxt;
 	text	   *name;
 	int32		max_blocks;
-	PgqGroupRef group;
-	PgqMode		mode;
+	PgqGroup	group;
 	ClaimedBlock *blocks;
-	int			nblocks;
+	int			nblocks = 0;
 
-	if (PG_ARGISNULL(0))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("group_name must not be NULL")));
-	if (PG_ARGISNULL(1))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("max_blocks must not be NULL")));
+	pgq_check_arg_not_null(fcinfo, 0, "group_name");
+	pgq_check_arg_not_null(fcinfo, 1, "max_blocks");
 	name = PG_GETARG_TEXT_PP(0);
 	max_blocks = PG_GETARG_INT32(1);
 	pgq_check_name(name);
@@ -261,21 +213,40 @@ pgq_claim(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
 				 errmsg("cannot claim blocks during recovery"),
-				 errhint("A claim writes to the database: connect to the primary.")));
+				 errhint("Claims are made on the primary.")));
 
 	InitMaterializedSRF(fcinfo, 0);
+	resultcxt = rsinfo->econtext->ecxt_per_query_memory;
+	blocks = MemoryContextAlloc(resultcxt, max_blocks * sizeof(ClaimedBlock));
 
 	SPI_connect();
-	lookup_group(name, &group, &mode);
-	if (mode != PGQ_MODE_TRANSACTION)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("claims in mode \"%s\" are not implemented yet",
-						pgq_mode_name(mode))));
-	check_transaction_mode_context();
+	pgq_lookup_group(name, &group);
+	check_claim_context(group.mode);
+	if (group.mode == PGQ_MODE_ADVISORY)
+	{
+		if (PG_ARGISNULL(3))
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("worker_id is required to claim from advisory-mode group \"%s\"",
+							text_to_cstring(name)),
+					 errhint("Register with pgq.register_worker() and pass its id as worker_id.")));
+		pgq_advisory_check_worker_held(PG_GETARG_INT64(3));
+	}
 
-	nblocks = claim_blocks(&group, max_blocks, &blocks,
-						   rsinfo->econtext->ecxt_per_query_memory);
+	switch (group.mode)
+	{
+		case PGQ_MODE_TRANSACTION:
+			nblocks = transaction_claim(&group.ref, max_blocks, blocks,
+										resultcxt);
+			break;
+		case PGQ_MODE_LEASE:
+			nblocks = pgq_lease_claim(&group, max_blocks, blocks, resultcxt);
+			break;
+		case PGQ_MODE_ADVISORY:
+			nblocks = pgq_advisory_claim(&group, max_blocks, blocks,
+										 resultcxt);
+			break;
+	}
 	SPI_finish();
 
 	for (int i = 0; i < nblocks; i++)
@@ -284,7 +255,7 @@ pgq_claim(PG_FUNCTION_ARGS)
 		bool		nulls[4] = {false, false, false, true};
 
 		values[0] = Int64GetDatum(blocks[i].block_id);
-		values[1] = Int32GetDatum(1);
+		values[1] = Int32GetDatum(blocks[i].attempt);
 		values[2] = blocks[i].ids;
 		values[3] = (Datum) 0;
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);

@@ -35,27 +35,6 @@
 PG_FUNCTION_INFO_V1(pgq_create_group);
 PG_FUNCTION_INFO_V1(pgq_drop_group);
 
-/* Refuse writes during recovery with the error a standby gives. */
-static void
-check_not_in_recovery(const char *what)
-{
-	if (RecoveryInProgress())
-		ereport(ERROR,
-				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
-				 errmsg("cannot %s during recovery", what),
-				 errhint("pgq writes to its tables: connect to the primary.")));
-}
-
-/* Error out on a NULL argument, naming it. */
-static void
-check_arg_not_null(FunctionCallInfo fcinfo, int argno, const char *argname)
-{
-	if (PG_ARGISNULL(argno))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("%s must not be NULL", argname)));
-}
-
 static bool
 has_row_marks_walker(Node *node, void *context)
 {
@@ -308,10 +287,12 @@ materialize(SPIPlanPtr query_plan, int64 group_id, int block_size,
  * if it has not committed yet).
  */
 static int64
-insert_group(text *name, PgqMode mode, text *query, int block_size)
+insert_group(text *name, PgqMode mode, text *query, int block_size,
+			 Interval *lease, int32 max_attempts)
 {
-	Oid			argtypes[5] = {TEXTOID, TEXTOID, TEXTOID, INT4OID, REGROLEOID};
-	Datum		values[5];
+	Oid			argtypes[7] = {TEXTOID, TEXTOID, TEXTOID, INT4OID, REGROLEOID,
+	INTERVALOID, INT4OID};
+	Datum		values[7];
 	bool		isnull;
 	int			rc;
 
@@ -320,14 +301,17 @@ insert_group(text *name, PgqMode mode, text *query, int block_size)
 	values[2] = PointerGetDatum(query);
 	values[3] = Int32GetDatum(block_size);
 	values[4] = ObjectIdGetDatum(GetUserId());
+	values[5] = IntervalPGetDatum(lease);
+	values[6] = Int32GetDatum(max_attempts);
 
 	rc = SPI_execute_with_args("INSERT INTO pgq.groups "
-							   "(group_name, mode, query, block_size, owner, search_path) "
+							   "(group_name, mode, query, block_size, owner, "
+							   "search_path, lease, max_attempts) "
 							   "VALUES ($1, $2, $3, $4, $5, "
-							   "pg_catalog.current_setting('search_path')) "
+							   "pg_catalog.current_setting('search_path'), $6, $7) "
 							   "ON CONFLICT (group_name) DO NOTHING "
 							   "RETURNING group_id",
-							   5, argtypes, values, NULL, false, 1);
+							   7, argtypes, values, NULL, false, 1);
 	if (rc != SPI_OK_INSERT_RETURNING)
 		elog(ERROR, "could not insert a group: %s", SPI_result_code_string(rc));
 	if (SPI_processed == 0)
@@ -341,8 +325,11 @@ insert_group(text *name, PgqMode mode, text *query, int block_size)
  * false if the group is gone (dropped since the insert found it).
  */
 static bool
-check_existing_group(text *name, PgqMode mode, text *query, int block_size)
+check_existing_group(text *name, PgqMode mode, text *query, int block_size,
+					 Interval *lease, int32 max_attempts)
 {
+	Interval   *old_lease;
+	int32		old_max_attempts;
 	Oid			argtypes[1] = {TEXTOID};
 	Datum		values[1];
 	HeapTuple	tuple;
@@ -355,8 +342,9 @@ check_existing_group(text *name, PgqMode mode, text *query, int block_size)
 	int			rc;
 
 	values[0] = PointerGetDatum(name);
-	rc = SPI_execute_with_args("SELECT mode, query, block_size FROM pgq.groups "
-							   "WHERE group_name OPERATOR(pg_catalog.=) $1",
+	rc = SPI_execute_with_args("SELECT mode, query, block_size, lease, max_attempts "
+							   "FROM pgq.groups "
+							   "WHERE group_name " OP("=") " $1",
 							   1, argtypes, values, NULL, false, 1);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "could not read group: %s", SPI_result_code_string(rc));
@@ -368,6 +356,8 @@ check_existing_group(text *name, PgqMode mode, text *query, int block_size)
 	old_mode = SPI_getvalue(tuple, tupdesc, 1);
 	old_query = SPI_getvalue(tuple, tupdesc, 2);
 	old_block_size = DatumGetInt32(SPI_getbinval(tuple, tupdesc, 3, &isnull));
+	old_lease = DatumGetIntervalP(SPI_getbinval(tuple, tupdesc, 4, &isnull));
+	old_max_attempts = DatumGetInt32(SPI_getbinval(tuple, tupdesc, 5, &isnull));
 
 	if (strcmp(old_query, text_to_cstring(query)) != 0)
 		ereport(ERROR,
@@ -386,11 +376,99 @@ check_existing_group(text *name, PgqMode mode, text *query, int block_size)
 				(errcode(ERRCODE_DUPLICATE_OBJECT),
 				 errmsg("group \"%s\" already exists in mode \"%s\", not \"%s\"",
 						groupname, old_mode, pgq_mode_name(mode))));
+	if (DatumGetInt32(DirectFunctionCall2(interval_cmp,
+										  IntervalPGetDatum(old_lease),
+										  IntervalPGetDatum(lease))) != 0 ||
+		old_max_attempts != max_attempts)
+		ereport(ERROR,
+				(errcode(ERRCODE_DUPLICATE_OBJECT),
+				 errmsg("group \"%s\" already exists with other settings",
+						groupname),
+				 errdetail("The existing group has lease %s and max_attempts %d.",
+						   DatumGetCString(DirectFunctionCall1(interval_out,
+															   IntervalPGetDatum(old_lease))),
+						   old_max_attempts)));
+	return true;
+}
+
+/* Fill *group from a row of (group_id, mode, created_at, lease, max_attempts). */
+static void
+group_from_tuple(HeapTuple tuple, TupleDesc tupdesc, PgqGroup *group)
+{
+	bool		isnull;
+
+	group->ref.dbid = MyDatabaseId;
+	group->ref.group_id = DatumGetInt64(SPI_getbinval(tuple, tupdesc, 1, &isnull));
+	group->mode = pgq_parse_mode(SPI_getvalue(tuple, tupdesc, 2));
+	group->ref.created_at =
+		DatumGetTimestampTz(SPI_getbinval(tuple, tupdesc, 3, &isnull));
+	group->lease = *DatumGetIntervalP(SPI_getbinval(tuple, tupdesc, 4, &isnull));
+	group->max_attempts = DatumGetInt32(SPI_getbinval(tuple, tupdesc, 5, &isnull));
+}
+
+/* Look a group up by name, inside SPI; an error if it does not exist. */
+void
+pgq_lookup_group(text *name, PgqGroup *group)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		values[1];
+	int			rc;
+
+	if (plan == NULL)
+	{
+		Oid			argtypes[1] = {TEXTOID};
+
+		plan = pgq_keep_plan("SELECT group_id, mode, created_at, lease, max_attempts "
+							 "FROM pgq.groups WHERE group_name " OP("=") " $1",
+							 1, argtypes);
+	}
+	values[0] = PointerGetDatum(name);
+	rc = SPI_execute_plan(plan, values, NULL, false, 1);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "could not read group: %s", SPI_result_code_string(rc));
+	if (SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("group \"%s\" does not exist", text_to_cstring(name)),
+				 errhint("Create it with pgq.create_group().")));
+	group_from_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, group);
+}
+
+/*
+ * Look up the group of a block, inside SPI.  False if there is no such
+ * block (consumed, dropped, or never made).
+ */
+bool
+pgq_lookup_block(int64 block_id, PgqGroup *group)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		values[1];
+	int			rc;
+
+	if (plan == NULL)
+	{
+		Oid			argtypes[1] = {INT8OID};
+
+		plan = pgq_keep_plan("SELECT g.group_id, g.mode, g.created_at, g.lease, "
+							 "g.max_attempts "
+							 "FROM pgq.blocks b JOIN pgq.groups g "
+							 "ON g.group_id " OP("=") " b.group_id "
+							 "WHERE b.block_id " OP("=") " $1",
+							 1, argtypes);
+	}
+	values[0] = Int64GetDatum(block_id);
+	rc = SPI_execute_plan(plan, values, NULL, false, 1);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "could not read block: %s", SPI_result_code_string(rc));
+	if (SPI_processed == 0)
+		return false;
+	group_from_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, group);
 	return true;
 }
 
 /*
- * pgq.create_group(group_name, query, block_size, mode, async) -> boolean
+ * pgq.create_group(group_name, query, block_size, mode, async, lease,
+ *					max_attempts) -> boolean
  *
  * True for the caller that created and materialized the group, false for
  * every caller that found it existing with the same definition.
@@ -402,15 +480,19 @@ pgq_create_group(PG_FUNCTION_ARGS)
 	text	   *query;
 	int32		block_size;
 	PgqMode		mode;
+	Interval   *lease;
+	int32		max_attempts;
 	int64		group_id;
 	int64		total_ids;
 	int64		total_blocks;
 
-	check_arg_not_null(fcinfo, 0, "group_name");
-	check_arg_not_null(fcinfo, 1, "query");
-	check_arg_not_null(fcinfo, 2, "block_size");
-	check_arg_not_null(fcinfo, 3, "mode");
-	check_arg_not_null(fcinfo, 4, "async");
+	pgq_check_arg_not_null(fcinfo, 0, "group_name");
+	pgq_check_arg_not_null(fcinfo, 1, "query");
+	pgq_check_arg_not_null(fcinfo, 2, "block_size");
+	pgq_check_arg_not_null(fcinfo, 3, "mode");
+	pgq_check_arg_not_null(fcinfo, 4, "async");
+	pgq_check_arg_not_null(fcinfo, 5, "lease");
+	pgq_check_arg_not_null(fcinfo, 6, "max_attempts");
 
 	name = PG_GETARG_TEXT_PP(0);
 	query = PG_GETARG_TEXT_PP(1);
@@ -422,27 +504,31 @@ pgq_create_group(PG_FUNCTION_ARGS)
 				 errmsg("block_size must be between 1 and %d", PGQ_MAX_BLOCK_SIZE),
 				 errdetail("The block size given is %d.", block_size)));
 	mode = pgq_parse_mode(text_to_cstring(PG_GETARG_TEXT_PP(3)));
-	if (mode != PGQ_MODE_TRANSACTION)
+	lease = PG_GETARG_INTERVAL_P(5);
+	max_attempts = PG_GETARG_INT32(6);
+	pgq_check_lease(lease);
+	if (max_attempts < 1)
 		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("claim mode \"%s\" is not implemented yet",
-						pgq_mode_name(mode)),
-				 errhint("Use mode => 'transaction'.")));
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("max_attempts must be at least 1"),
+				 errdetail("The value given is %d.", max_attempts)));
 	if (PG_GETARG_BOOL(4))
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("asynchronous materialization is not implemented yet"),
 				 errhint("Use async => false: the group is materialized before create_group returns.")));
-	check_not_in_recovery("create a group");
+	pgq_check_not_in_recovery("create a group");
 
 	SPI_connect();
 	for (;;)
 	{
 		CHECK_FOR_INTERRUPTS();
-		group_id = insert_group(name, mode, query, block_size);
+		group_id = insert_group(name, mode, query, block_size, lease,
+								max_attempts);
 		if (group_id != 0)
 			break;
-		if (check_existing_group(name, mode, query, block_size))
+		if (check_existing_group(name, mode, query, block_size, lease,
+								 max_attempts))
 		{
 			SPI_finish();
 			PG_RETURN_BOOL(false);
@@ -464,7 +550,7 @@ pgq_create_group(PG_FUNCTION_ARGS)
 		rc = SPI_execute_with_args("UPDATE pgq.groups SET state = 'ready', "
 								   "total_ids = $2, total_blocks = $3, "
 								   "ready_at = pg_catalog.clock_timestamp() "
-								   "WHERE group_id OPERATOR(pg_catalog.=) $1",
+								   "WHERE group_id " OP("=") " $1",
 								   3, argtypes, values, NULL, false, 0);
 		if (rc != SPI_OK_UPDATE || SPI_processed != 1)
 			elog(ERROR, "could not mark group " INT64_FORMAT " ready", group_id);
@@ -490,14 +576,14 @@ pgq_drop_group(PG_FUNCTION_ARGS)
 	bool		isnull;
 	int			rc;
 
-	check_arg_not_null(fcinfo, 0, "group_name");
+	pgq_check_arg_not_null(fcinfo, 0, "group_name");
 	pgq_check_name(PG_GETARG_TEXT_PP(0));
-	check_not_in_recovery("drop a group");
+	pgq_check_not_in_recovery("drop a group");
 
 	SPI_connect();
 	values[0] = PG_GETARG_DATUM(0);
 	rc = SPI_execute_with_args("DELETE FROM pgq.groups "
-							   "WHERE group_name OPERATOR(pg_catalog.=) $1 "
+							   "WHERE group_name " OP("=") " $1 "
 							   "RETURNING group_id, created_at",
 							   1, argtypes, values, NULL, false, 0);
 	if (rc != SPI_OK_DELETE_RETURNING)
@@ -519,7 +605,7 @@ pgq_drop_group(PG_FUNCTION_ARGS)
 	argtypes[0] = INT8OID;
 	values[0] = Int64GetDatum(group.group_id);
 	rc = SPI_execute_with_args("DELETE FROM pgq.blocks "
-							   "WHERE group_id OPERATOR(pg_catalog.=) $1",
+							   "WHERE group_id " OP("=") " $1",
 							   1, argtypes, values, NULL, false, 0);
 	if (rc != SPI_OK_DELETE)
 		elog(ERROR, "could not delete blocks: %s", SPI_result_code_string(rc));

@@ -11,6 +11,8 @@
  */
 #include "postgres.h"
 
+#include "access/xlog.h"
+#include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "mb/pg_wchar.h"
@@ -92,6 +94,7 @@ _PG_init(void)
 #endif
 
 	pgq_xact_init();
+	pgq_advisory_init();
 }
 
 /*
@@ -115,6 +118,58 @@ pgq_check_name(text *name)
 				 errdetail("The name has %d characters; the limit is %d.",
 						   len, PGQ_MAX_GROUP_NAME_LEN)));
 	pfree(str);
+}
+
+/* Error out on a NULL argument, naming it. */
+void
+pgq_check_arg_not_null(FunctionCallInfo fcinfo, int argno, const char *argname)
+{
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be NULL", argname)));
+}
+
+/* Refuse writes during recovery with the error a standby gives. */
+void
+pgq_check_not_in_recovery(const char *what)
+{
+	if (RecoveryInProgress())
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("cannot %s during recovery", what),
+				 errhint("pgq writes to its tables: connect to the primary.")));
+}
+
+/*
+ * A lease must be a positive duration of at most a year, without months:
+ * "1 month" has no fixed length.
+ */
+void
+pgq_check_lease(const Interval *lease)
+{
+	int64		usecs = lease->time + (int64) lease->day * USECS_PER_DAY;
+
+	if (lease->month != 0 || usecs <= 0 || usecs > 366 * USECS_PER_DAY)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("lease must be more than 0 and at most 366 days, without months"),
+				 errdetail("The lease given is %s.",
+						   DatumGetCString(DirectFunctionCall1(interval_out,
+															   IntervalPGetDatum(lease))))));
+}
+
+/* Prepare a statement once per backend and keep it. */
+SPIPlanPtr
+pgq_keep_plan(const char *sql, int nargs, Oid *argtypes)
+{
+	SPIPlanPtr	plan = SPI_prepare(sql, nargs, argtypes);
+
+	if (plan == NULL)
+		elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+	if (SPI_keepplan(plan) != 0)
+		elog(ERROR, "SPI_keepplan failed");
+	return plan;
 }
 
 /* Parse a claim mode name given by a user. */

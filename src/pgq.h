@@ -10,7 +10,9 @@
 
 #include "postgres.h"
 
+#include "executor/spi.h"
 #include "fmgr.h"
+#include "datatype/timestamp.h"
 #include "utils/timestamp.h"
 
 /* Limits on user input. */
@@ -37,12 +39,34 @@ typedef struct PgqGroupRef
 	TimestampTz created_at;
 } PgqGroupRef;
 
-/* A block claimed by the current transaction, as pgq.claim() returns it. */
+/* A group's definition, as claims and block operations need it. */
+typedef struct PgqGroup
+{
+	PgqGroupRef ref;
+	PgqMode		mode;
+	Interval	lease;
+	int32		max_attempts;
+} PgqGroup;
+
+/* A claimed block, as pgq.claim() returns it. */
 typedef struct ClaimedBlock
 {
 	int64		block_id;
+	int32		attempt;
 	Datum		ids;			/* bigint[] */
 } ClaimedBlock;
+
+/* Block states, as stored in pgq.blocks.state. */
+#define PGQ_BLOCK_PENDING	'p'
+#define PGQ_BLOCK_CLAIMED	'c'
+#define PGQ_BLOCK_RETRY		'r'
+#define PGQ_BLOCK_FAILED	'f'
+
+/*
+ * Internal SQL names every relation, function and operator with its schema,
+ * so that a caller's search_path cannot redirect it.
+ */
+#define OP(op)	"OPERATOR(pg_catalog." op ")"
 
 /* InitMaterializedSRF() appeared in 15.1, after SetSingleFuncCall() in 15.0 */
 #if PG_VERSION_NUM >= 150001
@@ -59,8 +83,41 @@ extern void pgq_init_materialized_srf(FunctionCallInfo fcinfo);
 extern int	pgq_max_groups;
 extern bool pgq_shmem_ready(void);
 extern void pgq_check_name(text *name);
+extern void pgq_check_arg_not_null(FunctionCallInfo fcinfo, int argno,
+								   const char *argname);
+extern void pgq_check_not_in_recovery(const char *what);
+extern void pgq_check_lease(const Interval *lease);
 extern PgqMode pgq_parse_mode(const char *mode);
 extern const char *pgq_mode_name(PgqMode mode);
+extern SPIPlanPtr pgq_keep_plan(const char *sql, int nargs, Oid *argtypes);
+
+/* group.c */
+extern void pgq_lookup_group(text *name, PgqGroup *group);
+extern bool pgq_lookup_block(int64 block_id, PgqGroup *group);
+
+/* claim.c */
+extern int	pgq_claimed_from_spi(ClaimedBlock *blocks, int attempt_col,
+								 MemoryContext cxt);
+
+/* lease.c */
+extern int	pgq_lease_claim(const PgqGroup *group, int max_blocks,
+							ClaimedBlock *blocks, MemoryContext cxt);
+extern bool pgq_lease_complete(int64 block_id, int32 attempt);
+extern bool pgq_lease_release(int64 block_id, int32 attempt);
+extern bool pgq_lease_fail(const PgqGroup *group, int64 block_id,
+						   int32 attempt, text *error, Interval *retry_after);
+extern bool pgq_lease_extend(int64 block_id, int32 attempt, Interval *lease);
+
+/* advisory.c */
+extern void pgq_advisory_init(void);
+extern void pgq_advisory_check_worker_held(int64 worker_id);
+extern int	pgq_advisory_claim(const PgqGroup *group, int max_blocks,
+							   ClaimedBlock *blocks, MemoryContext cxt);
+extern bool pgq_advisory_complete(const PgqGroup *group, int64 block_id);
+extern bool pgq_advisory_release(const PgqGroup *group, int64 block_id);
+extern bool pgq_advisory_fail(const PgqGroup *group, int64 block_id,
+							  text *error, Interval *retry_after);
+extern void pgq_advisory_unlock(int64 block_id);
 
 /* shmem.c: per-group state shared by all backends */
 extern Size pgq_shmem_size(void);
@@ -71,12 +128,18 @@ extern void pgq_hint_lower(const PgqGroupRef *group, int64 block_id);
 extern void pgq_claimed_add(const PgqGroupRef *group, int64 delta);
 extern bool pgq_claimed_get(const PgqGroupRef *group, int64 *claimed);
 extern void pgq_group_forget(Oid dbid, int64 group_id);
+extern bool pgq_advisory_locks_take(int limit);
+extern void pgq_advisory_locks_give(void);
 
 /* xact.c: claims held by the current transaction */
 extern void pgq_xact_init(void);
 extern void pgq_xact_remember(const PgqGroupRef *group,
 							  const ClaimedBlock *blocks, int n);
+extern void pgq_xact_remember_lease(const PgqGroupRef *group,
+									const ClaimedBlock *blocks, int n);
 extern void pgq_xact_remember_drop(const PgqGroupRef *group);
+extern void pgq_xact_unlock_at_commit(const PgqGroupRef *group, int64 block_id);
+extern bool pgq_xact_unlocking(int64 block_id);
 extern int64 pgq_xact_own_claims(int64 group_id);
 
 #endif							/* PGQ_H */

@@ -29,6 +29,7 @@
 #include "postgres.h"
 
 #include "miscadmin.h"
+#include "port/atomics.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
 #include "storage/spin.h"
@@ -59,6 +60,7 @@ typedef struct PgqSharedState
 	int			version;
 	LWLock	   *lock;			/* protects the hash table's structure */
 	bool		overflowed;		/* some group could not get an entry */
+	pg_atomic_uint32 advisory_locks;	/* block locks held by all sessions */
 } PgqSharedState;
 
 static PgqSharedState *pgq_state = NULL;
@@ -89,6 +91,7 @@ pgq_shmem_init(void)
 		pgq_state->version = PGQ_SHMEM_VERSION;
 		pgq_state->lock = &(GetNamedLWLockTranche("pgq"))->lock;
 		pgq_state->overflowed = false;
+		pg_atomic_init_u32(&pgq_state->advisory_locks, 0);
 	}
 
 	memset(&info, 0, sizeof(info));
@@ -326,4 +329,33 @@ pgq_group_forget(Oid dbid, int64 group_id)
 	LWLockAcquire(pgq_state->lock, LW_EXCLUSIVE);
 	hash_search(pgq_groups, &key, HASH_REMOVE, NULL);
 	LWLockRelease(pgq_state->lock);
+}
+
+/*
+ * Count one more advisory block lock against the cluster-wide limit.  False
+ * (and nothing counted) if that would pass "limit".  Without shared memory
+ * there is no cluster-wide count, and only the per-session limit applies.
+ */
+bool
+pgq_advisory_locks_take(int limit)
+{
+	uint32		before;
+
+	if (!pgq_shmem_ready())
+		return true;
+	before = pg_atomic_fetch_add_u32(&pgq_state->advisory_locks, 1);
+	if (before >= (uint32) limit)
+	{
+		pg_atomic_fetch_sub_u32(&pgq_state->advisory_locks, 1);
+		return false;
+	}
+	return true;
+}
+
+/* An advisory block lock counted by pgq_advisory_locks_take() is gone. */
+void
+pgq_advisory_locks_give(void)
+{
+	if (pgq_shmem_ready())
+		pg_atomic_fetch_sub_u32(&pgq_state->advisory_locks, 1);
 }

@@ -30,22 +30,34 @@
 #include "pgq.h"
 
 /*
- * A claimed block, or (counted = false) a group whose blocks this transaction
- * deleted in pgq.drop_group(): a claim that ran meanwhile may have moved the
- * hint past them, so if the drop is undone they must become reachable again.
+ * What a record stands for.  Undoing a claim or a drop may leave a claimable
+ * block below the group's hint, so an abort lowers the hint to the record's
+ * block.  An advisory block completed or failed by the transaction is
+ * unlocked when it commits, not before: unlocked earlier, another claimer
+ * could take the lock and still see the block pending.  If the transaction
+ * aborts, the session keeps the block.
  */
+typedef enum PgqRecordKind
+{
+	PGQ_REC_CLAIM,				/* a transaction-mode claim, in the claimed count */
+	PGQ_REC_LEASE,				/* a lease-mode claim, counted by its row */
+	PGQ_REC_DROP,				/* pgq.drop_group() locked the group's blocks */
+	PGQ_REC_UNLOCK				/* an advisory block to unlock at commit */
+} PgqRecordKind;
+
 typedef struct PgqClaimRecord
 {
 	PgqGroupRef group;
-	int64		block_id;
-	int			nest_level;		/* (sub)transaction that holds the claim */
-	bool		counted;		/* in the group's claimed count */
+	int64		block_id;		/* 0 for PGQ_REC_DROP: every block */
+	int			nest_level;		/* (sub)transaction that made the record */
+	PgqRecordKind kind;
 } PgqClaimRecord;
 
 static PgqClaimRecord *claims = NULL;
 static int	nclaims = 0;
 static int	maxclaims = 0;
-static int	ncounted = 0;		/* records with counted = true */
+static int	ncounted = 0;		/* PGQ_REC_CLAIM records */
+static int	ndrops = 0;			/* PGQ_REC_DROP records */
 
 static void pgq_xact_callback(XactEvent event, void *arg);
 static void pgq_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
@@ -61,16 +73,18 @@ pgq_xact_init(void)
 
 /* Append a record for the current (sub)transaction; room must be reserved. */
 static void
-add_record(const PgqGroupRef *group, int64 block_id, bool counted)
+add_record(const PgqGroupRef *group, int64 block_id, PgqRecordKind kind)
 {
 	Assert(nclaims < maxclaims);
 	claims[nclaims].group = *group;
 	claims[nclaims].block_id = block_id;
 	claims[nclaims].nest_level = GetCurrentTransactionNestLevel();
-	claims[nclaims].counted = counted;
+	claims[nclaims].kind = kind;
 	nclaims++;
-	if (counted)
+	if (kind == PGQ_REC_CLAIM)
 		ncounted++;
+	else if (kind == PGQ_REC_DROP)
+		ndrops++;
 }
 
 /*
@@ -106,8 +120,23 @@ pgq_xact_remember(const PgqGroupRef *group, const ClaimedBlock *blocks, int n)
 		return;
 	reserve_records(n);
 	for (int i = 0; i < n; i++)
-		add_record(group, blocks[i].block_id, true);
+		add_record(group, blocks[i].block_id, PGQ_REC_CLAIM);
 	pgq_claimed_add(group, n);
+}
+
+/*
+ * The current (sub)transaction just took these blocks of a lease-mode group.
+ * Should it roll back, the ones that were pending are pending again.
+ */
+void
+pgq_xact_remember_lease(const PgqGroupRef *group, const ClaimedBlock *blocks,
+						int n)
+{
+	if (n == 0)
+		return;
+	reserve_records(n);
+	for (int i = 0; i < n; i++)
+		add_record(group, blocks[i].block_id, PGQ_REC_LEASE);
 }
 
 /*
@@ -118,7 +147,27 @@ void
 pgq_xact_remember_drop(const PgqGroupRef *group)
 {
 	reserve_records(1);
-	add_record(group, 0, false);
+	add_record(group, 0, PGQ_REC_DROP);
+}
+
+/* Unlock the session's advisory lock on block_id when this transaction commits. */
+void
+pgq_xact_unlock_at_commit(const PgqGroupRef *group, int64 block_id)
+{
+	reserve_records(1);
+	add_record(group, block_id, PGQ_REC_UNLOCK);
+}
+
+/* Will block_id be unlocked when this transaction commits? */
+bool
+pgq_xact_unlocking(int64 block_id)
+{
+	for (int i = 0; i < nclaims; i++)
+	{
+		if (claims[i].kind == PGQ_REC_UNLOCK && claims[i].block_id == block_id)
+			return true;
+	}
+	return false;
 }
 
 /* Blocks of the group that this transaction claimed and still holds. */
@@ -129,7 +178,8 @@ pgq_xact_own_claims(int64 group_id)
 
 	for (int i = 0; i < nclaims; i++)
 	{
-		if (claims[i].counted && claims[i].group.dbid == MyDatabaseId &&
+		if (claims[i].kind == PGQ_REC_CLAIM &&
+			claims[i].group.dbid == MyDatabaseId &&
 			claims[i].group.group_id == group_id)
 			n++;
 	}
@@ -156,17 +206,30 @@ settle_claims(int first, bool undone)
 	while (i < nclaims)
 	{
 		const PgqGroupRef *group = &claims[i].group;
-		int64		lowest = claims[i].block_id;
+		int64		lowest = PG_INT64_MAX;
 		int64		counted = 0;
 		int			j = i;
 
 		for (; j < nclaims && same_group(group, &claims[j].group); j++)
 		{
+			switch (claims[j].kind)
+			{
+				case PGQ_REC_CLAIM:
+					counted++;
+					break;
+				case PGQ_REC_DROP:
+					ndrops--;
+					break;
+				case PGQ_REC_LEASE:
+					break;
+				case PGQ_REC_UNLOCK:
+					if (!undone)
+						pgq_advisory_unlock(claims[j].block_id);
+					continue;
+			}
 			lowest = Min(lowest, claims[j].block_id);
-			if (claims[j].counted)
-				counted++;
 		}
-		if (undone)
+		if (undone && lowest != PG_INT64_MAX)
 			pgq_hint_lower(group, lowest);
 		if (counted > 0)
 			pgq_claimed_add(group, -counted);
@@ -190,7 +253,7 @@ pgq_xact_callback(XactEvent event, void *arg)
 										"The transaction holds %d claimed blocks.",
 										ncounted, ncounted),
 						 errhint("Commit the transaction to consume the blocks, or roll it back to give them back.")));
-			if (nclaims > 0)
+			if (ndrops > 0)
 				ereport(ERROR,
 						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 						 errmsg("cannot PREPARE a transaction that dropped a pgq group"),
@@ -214,6 +277,7 @@ pgq_xact_callback(XactEvent event, void *arg)
 	nclaims = 0;
 	maxclaims = 0;
 	ncounted = 0;
+	ndrops = 0;
 }
 
 static void

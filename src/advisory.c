@@ -1,0 +1,758 @@
+/*-------------------------------------------------------------------------
+ *
+ * advisory.c
+ *	  Advisory mode: claims that write nothing, and the worker registry that
+ *	  tells a worker when its claims are gone.
+ *
+ * A claim takes a session-level advisory lock on the block, in a lock key
+ * space of pgq's own (field4 of the lock tag), and writes nothing: no row
+ * version, no WAL, no transaction id.  pgq.complete() deletes the block and
+ * unlocks it when that transaction commits; pgq.release() unlocks at once;
+ * the session's end unlocks everything.
+ *
+ * Advisory locks live only in shared memory: a crash restart, a clean
+ * restart, a failover or a pooler that hands the client another backend
+ * drops them without the worker noticing.  So a worker registers first:
+ * pgq.register_worker() adds a row to pgq.worker_registry, an UNLOGGED table
+ * that crash recovery empties and a standby does not have, and takes a
+ * placeholder lock for it.  pgq.check_worker() is true only while both are
+ * there; every advisory call checks the placeholder, and a worker that lost
+ * it registers again and takes its blocks back with pgq.relock().
+ *
+ * The lock table is shared by the whole cluster, and running out of it makes
+ * unrelated work fail.  pgq bounds the block locks one session may hold
+ * (pgq.max_locks_per_session) and, when preloaded, the block locks of all
+ * sessions (pgq.max_locks), and refuses a claim before either is passed.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/twophase.h"
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/lock.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+
+#include "pgq.h"
+
+/* field4 of pgq's advisory lock tags; the workers view knows them too */
+#define PGQ_LOCK_BLOCK		0x5051
+#define PGQ_LOCK_WORKER		0x5052
+
+/* Candidate blocks read per scan step. */
+#define PGQ_ADVISORY_BATCH	64
+
+/* A block lock this session holds. */
+typedef struct HeldBlock
+{
+	int64		block_id;
+	PgqGroupRef group;
+} HeldBlock;
+
+static HeldBlock *held = NULL;	/* in TopMemoryContext */
+static int	nheld = 0;
+static int	maxheld = 0;
+static bool exit_callback_registered = false;
+
+static int	pgq_max_locks_per_session = 256;
+static int	pgq_max_locks = -1;
+
+PG_FUNCTION_INFO_V1(pgq_register_worker);
+PG_FUNCTION_INFO_V1(pgq_check_worker);
+PG_FUNCTION_INFO_V1(pgq_relock);
+
+/* Define the settings; called from _PG_init(). */
+void
+pgq_advisory_init(void)
+{
+	DefineCustomIntVariable("pgq.max_locks_per_session",
+							"Most advisory-mode blocks one session may hold.",
+							NULL,
+							&pgq_max_locks_per_session,
+							256, 1, 1000000,
+							PGC_SUSET, 0,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("pgq.max_locks",
+							"Most advisory-mode blocks all sessions together may hold.",
+							"-1 means half of the lock table: max_locks_per_transaction * (max_connections + max_prepared_transactions + worker processes) / 2.  Applies only when pgq is preloaded.",
+							&pgq_max_locks,
+							-1, -1, INT_MAX,
+							PGC_SIGHUP, 0,
+							NULL, NULL, NULL);
+}
+
+/* The cluster-wide limit in force. */
+static int
+cluster_lock_limit(void)
+{
+	if (pgq_max_locks >= 0)
+		return pgq_max_locks;
+	return (int) Min((int64) INT_MAX,
+					 (int64) max_locks_per_xact *
+					 (MaxBackends + max_prepared_xacts) / 2);
+}
+
+static void
+set_tag(LOCKTAG *tag, int64 id, uint16 kind)
+{
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (id >> 32),
+						 (uint32) id, kind);
+}
+
+static bool
+lock_held(int64 id, uint16 kind)
+{
+	LOCKTAG		tag;
+
+	set_tag(&tag, id, kind);
+#if PG_VERSION_NUM >= 170000
+	return LockHeldByMe(&tag, ExclusiveLock, false);
+#else
+	return LockHeldByMe(&tag, ExclusiveLock);
+#endif
+}
+
+/*
+ * Try to lock without waiting.  False if another session holds the lock, or
+ * if this one already does: a session lock is re-entrant, and a block held
+ * twice would be processed twice.
+ */
+static bool
+try_lock(int64 id, uint16 kind)
+{
+	LOCKTAG		tag;
+
+	set_tag(&tag, id, kind);
+	switch (LockAcquire(&tag, ExclusiveLock, true, true))
+	{
+		case LOCKACQUIRE_OK:
+			return true;
+		case LOCKACQUIRE_ALREADY_HELD:
+		case LOCKACQUIRE_ALREADY_CLEAR:
+			LockRelease(&tag, ExclusiveLock, true);
+			return false;
+		default:
+			return false;
+	}
+}
+
+static void
+unlock(int64 id, uint16 kind)
+{
+	LOCKTAG		tag;
+
+	set_tag(&tag, id, kind);
+	LockRelease(&tag, ExclusiveLock, true);
+}
+
+static int
+find_held(int64 block_id)
+{
+	for (int i = 0; i < nheld; i++)
+	{
+		if (held[i].block_id == block_id)
+			return i;
+	}
+	return -1;
+}
+
+/*
+ * Forget held[i]: unlock it if the lock is still there and uncount it.  If
+ * the block is still pending ("back"), let claims find it again.  Allocates
+ * nothing and cannot fail, so it may run at transaction end and at backend
+ * exit.
+ */
+static void
+forget_held(int i, bool back)
+{
+	HeldBlock	block = held[i];
+
+	if (lock_held(block.block_id, PGQ_LOCK_BLOCK))
+		unlock(block.block_id, PGQ_LOCK_BLOCK);
+	held[i] = held[--nheld];
+	pgq_advisory_locks_give();
+	pgq_claimed_add(&block.group, -1);
+	if (back)
+		pgq_hint_lower(&block.group, block.block_id);
+}
+
+/*
+ * At backend exit, give every block back before the lock manager does: the
+ * lock manager would release the locks only late in the exit, and nobody
+ * would lower the groups' hints or counts.
+ */
+static void
+release_all_at_exit(int code, Datum arg)
+{
+	while (nheld > 0)
+		forget_held(nheld - 1, true);
+}
+
+/* Make room for one more held block before its lock is taken. */
+static void
+reserve_held(void)
+{
+	if (nheld >= maxheld)
+	{
+		int			newmax = Max(16, maxheld * 2);
+
+		if (held == NULL)
+			held = MemoryContextAlloc(TopMemoryContext,
+									  newmax * sizeof(HeldBlock));
+		else
+			held = repalloc(held, newmax * sizeof(HeldBlock));
+		maxheld = newmax;
+	}
+}
+
+/* Add a block to the held list; its lock is taken and counted already. */
+static void
+remember_held(const PgqGroupRef *group, int64 block_id)
+{
+	Assert(nheld < maxheld);
+	if (!exit_callback_registered)
+	{
+		before_shmem_exit(release_all_at_exit, (Datum) 0);
+		exit_callback_registered = true;
+	}
+	held[nheld].block_id = block_id;
+	held[nheld].group = *group;
+	nheld++;
+	pgq_claimed_add(group, 1);
+}
+
+/*
+ * Forget held blocks whose lock vanished without pgq knowing:
+ * pg_advisory_unlock_all() and DISCARD ALL release every advisory lock.
+ */
+static void
+forget_lost_locks(void)
+{
+	for (int i = nheld - 1; i >= 0; i--)
+	{
+		if (!lock_held(held[i].block_id, PGQ_LOCK_BLOCK))
+			forget_held(i, true);
+	}
+}
+
+/*
+ * Unlock a block that the current transaction completed or failed, now that
+ * it committed.  Called from the transaction callback.  The block is gone,
+ * or waits for a retry that claims find by its due time: no hint to lower.
+ */
+void
+pgq_advisory_unlock(int64 block_id)
+{
+	int			i = find_held(block_id);
+
+	if (i >= 0)
+		forget_held(i, false);
+}
+
+/*
+ * Refuse a worker id whose placeholder lock this session does not hold, and
+ * say what probably happened.
+ */
+void
+pgq_advisory_check_worker_held(int64 worker_id)
+{
+	if (!lock_held(worker_id, PGQ_LOCK_WORKER))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("worker " INT64_FORMAT " is not registered in this session",
+						worker_id),
+				 errdetail("This session does not hold the worker's placeholder lock."),
+				 errhint("The session's advisory locks are gone if the server restarted or failed over, a connection pooler moved the client to another session, or pg_advisory_unlock_all() or DISCARD ALL ran.  Register again with pgq.register_worker() and take blocks back with pgq.relock().")));
+}
+
+/*
+ * Check, with a fresh snapshot, that a block just locked is still claimable:
+ * it may have been completed between the scan and the lock.  Returns the
+ * stored attempt count and the ids, or false.
+ */
+static bool
+verify_locked(const PgqGroup *group, int64 block_id, ClaimedBlock *block,
+			  MemoryContext cxt)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		values[2];
+	int			rc;
+
+	if (plan == NULL)
+	{
+		Oid			argtypes[2] = {INT8OID, INT8OID};
+
+		plan = pgq_keep_plan("SELECT block_id, ids, attempt "
+							 "OPERATOR(pg_catalog.+) 1 FROM pgq.blocks "
+							 "WHERE group_id " OP("=") " $1 "
+							 "AND block_id " OP("=") " $2 "
+							 "AND state " OP("=") " ANY ('{p,r}'::pg_catalog.\"char\"[])",
+							 2, argtypes);
+	}
+	values[0] = Int64GetDatum(group->ref.group_id);
+	values[1] = Int64GetDatum(block_id);
+	rc = SPI_execute_plan(plan, values, NULL, false, 1);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "could not read block: %s", SPI_result_code_string(rc));
+	if (SPI_processed == 0)
+		return false;
+	return pgq_claimed_from_spi(block, 3, cxt) == 1;
+}
+
+/*
+ * Check both limits before taking one more block lock.  With nothing taken
+ * yet, passing a limit is an error; otherwise the claim returns what it has.
+ */
+static bool
+may_lock_more(int taken)
+{
+	const char *setting = NULL;
+
+	if (nheld >= pgq_max_locks_per_session)
+		setting = "pgq.max_locks_per_session";
+	else if (!pgq_advisory_locks_take(cluster_lock_limit()))
+		setting = "pgq.max_locks";
+	if (setting == NULL)
+		return true;
+	if (taken > 0)
+		return false;
+	ereport(ERROR,
+			(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+			 errmsg("cannot claim another advisory-mode block"),
+			 errdetail("The limit set by %s is reached: this session holds %d blocks.",
+					   setting, nheld),
+			 errhint("Complete or release blocks first, or raise %s.", setting)));
+	pg_unreachable();
+}
+
+/*
+ * Walk candidate block ids, as (block_id) rows of a statement run with
+ * "values", and lock up to "limit" of them.  *last gets the last candidate
+ * looked at (0 if none).  Returns how many were taken.
+ */
+static int
+lock_candidates(const PgqGroup *group, SPIPlanPtr plan, Datum *values,
+				int limit, ClaimedBlock *blocks, MemoryContext cxt,
+				int64 *last)
+{
+	int			n = 0;
+	int			rc;
+	SPITupleTable *candidates;
+	uint64		ncandidates;
+
+	*last = 0;
+	rc = SPI_execute_plan(plan, values, NULL, false, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "could not read blocks: %s", SPI_result_code_string(rc));
+	candidates = SPI_tuptable;
+	ncandidates = SPI_processed;
+
+	for (uint64 i = 0; i < ncandidates && n < limit; i++)
+	{
+		bool		isnull;
+		int64		block_id = DatumGetInt64(SPI_getbinval(candidates->vals[i],
+														   candidates->tupdesc,
+														   1, &isnull));
+
+		CHECK_FOR_INTERRUPTS();
+		*last = block_id;
+		reserve_held();
+		if (!may_lock_more(n))
+			break;
+		if (!try_lock(block_id, PGQ_LOCK_BLOCK))
+		{
+			pgq_advisory_locks_give();
+			continue;
+		}
+		if (!verify_locked(group, block_id, &blocks[n], cxt))
+		{
+			unlock(block_id, PGQ_LOCK_BLOCK);
+			pgq_advisory_locks_give();
+			continue;
+		}
+		remember_held(&group->ref, block_id);
+		n++;
+	}
+	SPI_freetuptable(candidates);
+	return n;
+}
+
+/*
+ * Lock up to "limit" pending blocks from block id "from" on, a batch of
+ * candidates at a time.  *last gets the last candidate looked at.
+ */
+static int
+lock_pending(const PgqGroup *group, int64 from, int limit,
+			 ClaimedBlock *blocks, MemoryContext cxt, int64 *last)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		values[3];
+	int			n = 0;
+
+	if (plan == NULL)
+	{
+		Oid			argtypes[3] = {INT8OID, INT8OID, INT4OID};
+
+		plan = pgq_keep_plan("SELECT block_id FROM pgq.blocks "
+							 "WHERE group_id " OP("=") " $1 "
+							 "AND block_id " OP(">=") " $2 "
+							 "AND state " OP("=") " 'p' "
+							 "ORDER BY group_id, block_id LIMIT $3",
+							 3, argtypes);
+	}
+	values[0] = Int64GetDatum(group->ref.group_id);
+	values[2] = Int32GetDatum(PGQ_ADVISORY_BATCH);
+	*last = 0;
+	while (n < limit)
+	{
+		int64		batch_last;
+
+		values[1] = Int64GetDatum(from);
+		n += lock_candidates(group, plan, values, limit - n, blocks + n, cxt,
+							 &batch_last);
+		if (batch_last == 0)
+			break;				/* no candidates left */
+		*last = batch_last;
+		from = batch_last + 1;
+		if (!(nheld < pgq_max_locks_per_session))
+			break;
+	}
+	return n;
+}
+
+/* Lock up to "limit" blocks whose retry came due, oldest first. */
+static int
+lock_due(const PgqGroup *group, int limit, ClaimedBlock *blocks,
+		 MemoryContext cxt)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		values[3];
+	int64		last;
+
+	if (plan == NULL)
+	{
+		Oid			argtypes[3] = {INT8OID, TIMESTAMPTZOID, INT4OID};
+
+		plan = pgq_keep_plan("SELECT block_id FROM pgq.blocks "
+							 "WHERE group_id " OP("=") " $1 "
+							 "AND state " OP("=") " ANY ('{c,r}'::pg_catalog.\"char\"[]) "
+							 "AND lease_until " OP("<=") " $2 "
+							 "ORDER BY group_id, lease_until LIMIT $3",
+							 3, argtypes);
+	}
+	values[0] = Int64GetDatum(group->ref.group_id);
+	values[1] = TimestampTzGetDatum(GetCurrentTimestamp());
+	/* due blocks that others hold stay in the way: look a little further */
+	values[2] = Int32GetDatum(Min(limit + PGQ_ADVISORY_BATCH, INT32_MAX / 2));
+	return lock_candidates(group, plan, values, limit, blocks, cxt, &last);
+}
+
+static int
+compare_block_ids(const void *a, const void *b)
+{
+	int64		x = ((const ClaimedBlock *) a)->block_id;
+	int64		y = ((const ClaimedBlock *) b)->block_id;
+
+	return (x > y) - (x < y);
+}
+
+/*
+ * Claim up to max_blocks blocks of an advisory-mode group: retries that came
+ * due, then pending blocks from the hint, then below it (see claim.c).
+ * Blocks held by others are skipped; the hint moves past them, and their
+ * holders lower it again when they let go.
+ */
+int
+pgq_advisory_claim(const PgqGroup *group, int max_blocks,
+				   ClaimedBlock *blocks, MemoryContext cxt)
+{
+	int64		hint;
+	uint64		gen;
+	int64		last;
+	int			n;
+
+	forget_lost_locks();
+	n = lock_due(group, max_blocks, blocks, cxt);
+	if (n < max_blocks)
+	{
+		(void) pgq_hint_get(&group->ref, &hint, &gen);
+		n += lock_pending(group, hint, max_blocks - n, blocks + n, cxt, &last);
+		if (last > 0)
+			pgq_hint_advance(&group->ref, gen, last + 1);
+		if (n < max_blocks && hint > 0 && nheld < pgq_max_locks_per_session)
+		{
+			int			below = lock_pending(group, 0, max_blocks - n,
+											 blocks + n, cxt, &last);
+
+			if (below > 0)
+			{
+				qsort(blocks + n, below, sizeof(ClaimedBlock), compare_block_ids);
+				pgq_hint_lower(&group->ref, blocks[n].block_id);
+			}
+			n += below;
+		}
+	}
+	qsort(blocks, n, sizeof(ClaimedBlock), compare_block_ids);
+	return n;
+}
+
+/*
+ * Is block_id held by this session, and not already being completed by this
+ * transaction?
+ */
+static bool
+holds_block(int64 block_id)
+{
+	return find_held(block_id) >= 0 && lock_held(block_id, PGQ_LOCK_BLOCK) &&
+		!pgq_xact_unlocking(block_id);
+}
+
+/*
+ * Consume a block this session holds: delete it, and unlock it when the
+ * transaction commits.
+ */
+bool
+pgq_advisory_complete(const PgqGroup *group, int64 block_id)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		values[1];
+	int			rc;
+
+	if (!holds_block(block_id))
+		return false;
+	if (plan == NULL)
+	{
+		Oid			argtypes[1] = {INT8OID};
+
+		plan = pgq_keep_plan("DELETE FROM pgq.blocks "
+							 "WHERE block_id " OP("=") " $1",
+							 1, argtypes);
+	}
+	values[0] = Int64GetDatum(block_id);
+	rc = SPI_execute_plan(plan, values, NULL, false, 0);
+	if (rc != SPI_OK_DELETE)
+		elog(ERROR, "could not delete block: %s", SPI_result_code_string(rc));
+	if (SPI_processed == 0)
+		return false;
+	pgq_xact_unlock_at_commit(&group->ref, block_id);
+	return true;
+}
+
+/* Give back a block this session holds, at once. */
+bool
+pgq_advisory_release(const PgqGroup *group, int64 block_id)
+{
+	if (!holds_block(block_id))
+		return false;
+	forget_held(find_held(block_id), true);
+	return true;
+}
+
+/*
+ * Record a failed attempt of a block this session holds: it is retried from
+ * retry_after on, or dead-lettered once max_attempts failures are counted.
+ * The lock goes when the transaction commits.
+ */
+bool
+pgq_advisory_fail(const PgqGroup *group, int64 block_id, text *error,
+				  Interval *retry_after)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		values[4];
+	char		nulls[4] = {' ', ' ', ' ', ' '};
+	TimestampTz now = GetCurrentTimestamp();
+	int			rc;
+
+	if (!holds_block(block_id))
+		return false;
+	if (plan == NULL)
+	{
+		Oid			argtypes[4] = {INT8OID, TIMESTAMPTZOID, TEXTOID, INT4OID};
+
+		plan = pgq_keep_plan("UPDATE pgq.blocks SET "
+							 "attempt = attempt " OP("+") " 1, "
+							 "state = CASE WHEN attempt " OP("+") " 1 " OP(">=") " $4 "
+							 "THEN 'f'::pg_catalog.\"char\" "
+							 "ELSE 'r'::pg_catalog.\"char\" END, "
+							 "lease_until = CASE WHEN attempt " OP("+") " 1 " OP(">=") " $4 "
+							 "THEN NULL ELSE $2 END, "
+							 "last_error = $3 "
+							 "WHERE block_id " OP("=") " $1 "
+							 "AND state " OP("=") " ANY ('{p,r}'::pg_catalog.\"char\"[])",
+							 4, argtypes);
+	}
+	values[0] = Int64GetDatum(block_id);
+	values[1] = TimestampTzGetDatum(retry_after ?
+									DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+																			TimestampTzGetDatum(now),
+																			IntervalPGetDatum(retry_after))) :
+									now);
+	values[2] = PointerGetDatum(error);
+	if (error == NULL)
+		nulls[2] = 'n';
+	values[3] = Int32GetDatum(group->max_attempts);
+	rc = SPI_execute_plan(plan, values, nulls, false, 0);
+	if (rc != SPI_OK_UPDATE)
+		elog(ERROR, "could not fail block: %s", SPI_result_code_string(rc));
+	if (SPI_processed == 0)
+		return false;
+	pgq_xact_unlock_at_commit(&group->ref, block_id);
+	return true;
+}
+
+/*
+ * pgq.register_worker(worker_name) -> bigint
+ *
+ * Register this session as an advisory-mode worker, and take the worker's
+ * placeholder lock.  The id comes from a logged sequence: ids never repeat,
+ * not even across a crash.
+ */
+Datum
+pgq_register_worker(PG_FUNCTION_ARGS)
+{
+	Oid			argtypes[2] = {TEXTOID, INT4OID};
+	Datum		values[2];
+	char		nulls[2] = {' ', ' '};
+	int64		worker_id;
+	bool		isnull;
+	int			rc;
+
+	pgq_check_not_in_recovery("register a worker");
+	if (PG_ARGISNULL(0))
+		nulls[0] = 'n';
+	else
+		values[0] = PG_GETARG_DATUM(0);
+	values[1] = Int32GetDatum(MyProcPid);
+
+	SPI_connect();
+	rc = SPI_execute_with_args("INSERT INTO pgq.worker_registry "
+							   "(worker_id, worker_name, pid) "
+							   "VALUES (pg_catalog.nextval('pgq.worker_id_seq'), $1, $2) "
+							   "RETURNING worker_id",
+							   2, argtypes, values, nulls, false, 1);
+	if (rc != SPI_OK_INSERT_RETURNING)
+		elog(ERROR, "could not register worker: %s", SPI_result_code_string(rc));
+	worker_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+											SPI_tuptable->tupdesc, 1, &isnull));
+	SPI_finish();
+
+	if (!try_lock(worker_id, PGQ_LOCK_WORKER))
+		elog(ERROR, "could not lock new worker " INT64_FORMAT, worker_id);
+	PG_RETURN_INT64(worker_id);
+}
+
+/*
+ * pgq.check_worker(worker_id) -> boolean
+ *
+ * True only if the worker's registry row exists and this session holds its
+ * placeholder lock: false after a crash (the registry was emptied), a clean
+ * restart or failover (the locks are gone), on another backend (a pooler
+ * moved the client), and after pg_advisory_unlock_all() or DISCARD ALL.
+ */
+Datum
+pgq_check_worker(PG_FUNCTION_ARGS)
+{
+	Oid			argtypes[1] = {INT8OID};
+	Datum		values[1];
+	int64		worker_id;
+	int			rc;
+	bool		registered;
+
+	pgq_check_arg_not_null(fcinfo, 0, "worker_id");
+	worker_id = PG_GETARG_INT64(0);
+	if (!lock_held(worker_id, PGQ_LOCK_WORKER))
+		PG_RETURN_BOOL(false);
+
+	SPI_connect();
+	values[0] = Int64GetDatum(worker_id);
+	rc = SPI_execute_with_args("SELECT FROM pgq.worker_registry "
+							   "WHERE worker_id " OP("=") " $1",
+							   1, argtypes, values, NULL, false, 1);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "could not read worker: %s", SPI_result_code_string(rc));
+	registered = SPI_processed > 0;
+	SPI_finish();
+	PG_RETURN_BOOL(registered);
+}
+
+/* Find the advisory-mode group of a block that is still claimable. */
+static bool
+lookup_claimable_block(int64 block_id, PgqGroup *group)
+{
+	return pgq_lookup_block(block_id, group) &&
+		group->mode == PGQ_MODE_ADVISORY;
+}
+
+/*
+ * pgq.relock(block_ids, worker_id) -> bigint[]
+ *
+ * Take back blocks after the session's locks were lost, or make sure they
+ * are still held.  Returns the blocks this session holds afterwards, in the
+ * order given; the others were consumed or went to other workers.
+ */
+Datum
+pgq_relock(PG_FUNCTION_ARGS)
+{
+	ArrayType  *input;
+	Datum	   *elems;
+	bool	   *elemnulls;
+	int			nelems;
+	Datum	   *regained;
+	int			nregained = 0;
+
+	pgq_check_arg_not_null(fcinfo, 0, "block_ids");
+	pgq_check_arg_not_null(fcinfo, 1, "worker_id");
+	pgq_check_not_in_recovery("relock blocks");
+	input = PG_GETARG_ARRAYTYPE_P(0);
+	pgq_advisory_check_worker_held(PG_GETARG_INT64(1));
+	deconstruct_array(input, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE,
+					  &elems, &elemnulls, &nelems);
+	regained = palloc(Max(nelems, 1) * sizeof(Datum));
+
+	forget_lost_locks();
+
+	SPI_connect();
+	for (int i = 0; i < nelems; i++)
+	{
+		int64		block_id;
+		PgqGroup	group;
+		ClaimedBlock block;
+
+		CHECK_FOR_INTERRUPTS();
+		if (elemnulls[i])
+			continue;
+		block_id = DatumGetInt64(elems[i]);
+		if (holds_block(block_id))
+		{
+			regained[nregained++] = elems[i];
+			continue;
+		}
+		reserve_held();
+		if (!lookup_claimable_block(block_id, &group) || !may_lock_more(0))
+			continue;
+		if (!try_lock(block_id, PGQ_LOCK_BLOCK))
+		{
+			pgq_advisory_locks_give();
+			continue;
+		}
+		if (!verify_locked(&group, block_id, &block, CurrentMemoryContext))
+		{
+			unlock(block_id, PGQ_LOCK_BLOCK);
+			pgq_advisory_locks_give();
+			continue;
+		}
+		remember_held(&group.ref, block_id);
+		regained[nregained++] = elems[i];
+	}
+	SPI_finish();
+
+	PG_RETURN_ARRAYTYPE_P(construct_array(regained, nregained, INT8OID, 8,
+										  FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+}

@@ -1,0 +1,217 @@
+/*-------------------------------------------------------------------------
+ *
+ * block.c
+ *	  Operations on one claimed block: complete, release, fail, extend.
+ *
+ * Each looks the block up, then does what the block's claim mode means.  A
+ * block that no longer exists (consumed, dropped) gives false.  The holder
+ * proves its claim with the attempt number in lease mode and the worker id
+ * in advisory mode; a caller that does not hold the block gets false and
+ * changes nothing.  In transaction mode COMMIT and ROLLBACK do this work.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "executor/spi.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+#include "pgq.h"
+
+PG_FUNCTION_INFO_V1(pgq_complete);
+PG_FUNCTION_INFO_V1(pgq_release);
+PG_FUNCTION_INFO_V1(pgq_fail);
+PG_FUNCTION_INFO_V1(pgq_extend);
+
+/*
+ * Start an operation on a block: check the block id, connect to SPI and look
+ * the block up.  False (SPI finished) if there is no such block.
+ */
+static bool
+begin_block_op(FunctionCallInfo fcinfo, const char *what, PgqGroup *group)
+{
+	pgq_check_arg_not_null(fcinfo, 0, "block_id");
+	pgq_check_not_in_recovery(what);
+	SPI_connect();
+	if (pgq_lookup_block(PG_GETARG_INT64(0), group))
+		return true;
+	SPI_finish();
+	return false;
+}
+
+/* The attempt argument that lease mode requires. */
+static int32
+required_attempt(FunctionCallInfo fcinfo, int argno)
+{
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("attempt is required for blocks of lease-mode groups"),
+				 errhint("Pass the attempt that pgq.claim() returned with the block.")));
+	return PG_GETARG_INT32(argno);
+}
+
+/* The worker_id argument that advisory mode requires, checked. */
+static void
+require_worker(FunctionCallInfo fcinfo, int argno)
+{
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("worker_id is required for blocks of advisory-mode groups"),
+				 errhint("Pass the id that pgq.register_worker() returned.")));
+	pgq_advisory_check_worker_held(PG_GETARG_INT64(argno));
+}
+
+/* Refuse an operation that the block's mode does not have. */
+static void
+refuse_mode(const char *function, const PgqGroup *group, const char *hint)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+			 errmsg("%s does not apply to blocks of %s-mode groups",
+					function, pgq_mode_name(group->mode)),
+			 errhint("%s", hint)));
+}
+
+#define TRANSACTION_MODE_HINT \
+	"In transaction mode, COMMIT consumes the claimed blocks and ROLLBACK gives them back."
+
+/*
+ * pgq.complete(block_id, result, attempt, worker_id) -> boolean
+ *
+ * Consume a held block.  False if the caller does not hold it.
+ */
+Datum
+pgq_complete(PG_FUNCTION_ARGS)
+{
+	PgqGroup	group;
+	int64		block_id;
+	bool		done = false;
+
+	if (!PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("storing results is not implemented yet"),
+				 errhint("Call pgq.complete() without result.")));
+	if (!begin_block_op(fcinfo, "complete a block", &group))
+		PG_RETURN_BOOL(false);
+	block_id = PG_GETARG_INT64(0);
+	switch (group.mode)
+	{
+		case PGQ_MODE_TRANSACTION:
+			refuse_mode("pgq.complete()", &group, TRANSACTION_MODE_HINT);
+			break;
+		case PGQ_MODE_LEASE:
+			done = pgq_lease_complete(block_id, required_attempt(fcinfo, 2));
+			break;
+		case PGQ_MODE_ADVISORY:
+			require_worker(fcinfo, 3);
+			done = pgq_advisory_complete(&group, block_id);
+			break;
+	}
+	SPI_finish();
+	PG_RETURN_BOOL(done);
+}
+
+/*
+ * pgq.release(block_id, attempt, worker_id) -> boolean
+ *
+ * Give a held block back to the group at once.  False if the caller does not
+ * hold it.
+ */
+Datum
+pgq_release(PG_FUNCTION_ARGS)
+{
+	PgqGroup	group;
+	int64		block_id;
+	bool		done = false;
+
+	if (!begin_block_op(fcinfo, "release a block", &group))
+		PG_RETURN_BOOL(false);
+	block_id = PG_GETARG_INT64(0);
+	switch (group.mode)
+	{
+		case PGQ_MODE_TRANSACTION:
+			refuse_mode("pgq.release()", &group, TRANSACTION_MODE_HINT);
+			break;
+		case PGQ_MODE_LEASE:
+			done = pgq_lease_release(block_id, required_attempt(fcinfo, 1));
+			break;
+		case PGQ_MODE_ADVISORY:
+			require_worker(fcinfo, 2);
+			done = pgq_advisory_release(&group, block_id);
+			break;
+	}
+	SPI_finish();
+	PG_RETURN_BOOL(done);
+}
+
+/*
+ * pgq.fail(block_id, error, retry_after, attempt, worker_id) -> boolean
+ *
+ * Record a failed attempt of a held block: it is retried after retry_after
+ * (at once if NULL), or dead-lettered with the error once the group's
+ * max_attempts are used up.  False if the caller does not hold it.
+ */
+Datum
+pgq_fail(PG_FUNCTION_ARGS)
+{
+	PgqGroup	group;
+	int64		block_id;
+	text	   *error = PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1);
+	Interval   *retry_after = PG_ARGISNULL(2) ? NULL : PG_GETARG_INTERVAL_P(2);
+	bool		done = false;
+
+	if (retry_after != NULL &&
+		(retry_after->month != 0 || retry_after->day < 0 ||
+		 retry_after->time + (int64) retry_after->day * USECS_PER_DAY < 0))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("retry_after must be zero or positive, without months")));
+	if (!begin_block_op(fcinfo, "fail a block", &group))
+		PG_RETURN_BOOL(false);
+	block_id = PG_GETARG_INT64(0);
+	switch (group.mode)
+	{
+		case PGQ_MODE_TRANSACTION:
+			refuse_mode("pgq.fail()", &group, TRANSACTION_MODE_HINT);
+			break;
+		case PGQ_MODE_LEASE:
+			done = pgq_lease_fail(&group, block_id, required_attempt(fcinfo, 3),
+								  error, retry_after);
+			break;
+		case PGQ_MODE_ADVISORY:
+			require_worker(fcinfo, 4);
+			done = pgq_advisory_fail(&group, block_id, error, retry_after);
+			break;
+	}
+	SPI_finish();
+	PG_RETURN_BOOL(done);
+}
+
+/*
+ * pgq.extend(block_id, lease, attempt) -> boolean
+ *
+ * Move a lease-mode claim's deadline to now() + lease: the holder's
+ * heartbeat.  False if the caller does not hold the block.
+ */
+Datum
+pgq_extend(PG_FUNCTION_ARGS)
+{
+	PgqGroup	group;
+	bool		done = false;
+
+	pgq_check_arg_not_null(fcinfo, 1, "lease");
+	pgq_check_lease(PG_GETARG_INTERVAL_P(1));
+	if (!begin_block_op(fcinfo, "extend a lease", &group))
+		PG_RETURN_BOOL(false);
+	if (group.mode != PGQ_MODE_LEASE)
+		refuse_mode("pgq.extend()", &group,
+					"Only lease-mode claims have a deadline to extend.");
+	done = pgq_lease_extend(PG_GETARG_INT64(0), required_attempt(fcinfo, 2),
+							PG_GETARG_INTERVAL_P(1));
+	SPI_finish();
+	PG_RETURN_BOOL(done);
+}

@@ -1,0 +1,348 @@
+/*-------------------------------------------------------------------------
+ *
+ * lease.c
+ *	  Lease mode: claims that commit, with a deadline and an attempt number.
+ *
+ * A claim sets the block's state to 'c', counts an attempt, and sets
+ * lease_until.  pgq.complete() deletes the block, pgq.extend() moves the
+ * deadline, pgq.release() and pgq.fail() hand it back (state 'r', claimable
+ * from lease_until on) or, once max_attempts is used up, dead-letter it
+ * (state 'f').  Every one of them names the attempt it holds: once a lease
+ * has run out and another consumer has claimed the block, the attempt is
+ * higher, and the late holder's call changes nothing.
+ *
+ * A claim first takes blocks whose lease ran out or whose retry came due
+ * (oldest first, from a partial index), then pending blocks from the group's
+ * hint, like a transaction-mode claim.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "pgq.h"
+
+/* now() + interval, as the server computes it */
+static TimestampTz
+time_after(TimestampTz start, const Interval *span)
+{
+	return DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+												   TimestampTzGetDatum(start),
+												   IntervalPGetDatum(span)));
+}
+
+/*
+ * Keep the rows of the last SPI statement, (block_id, ids, attempt, state),
+ * whose state is 'c': the blocks this claim got.  Others were dead-lettered.
+ * Returns how many were kept; *dead gets how many were not.
+ */
+static int
+keep_claimed(ClaimedBlock *blocks, MemoryContext cxt, int *dead)
+{
+	TupleDesc	tupdesc = SPI_tuptable->tupdesc;
+	MemoryContext oldcxt = MemoryContextSwitchTo(cxt);
+	int			n = 0;
+
+	*dead = 0;
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		HeapTuple	tuple = SPI_tuptable->vals[i];
+		bool		isnull;
+
+		if (DatumGetChar(SPI_getbinval(tuple, tupdesc, 4, &isnull)) !=
+			PGQ_BLOCK_CLAIMED)
+		{
+			(*dead)++;
+			continue;
+		}
+		blocks[n].block_id =
+			DatumGetInt64(SPI_getbinval(tuple, tupdesc, 1, &isnull));
+		blocks[n].ids = PointerGetDatum(PG_DETOAST_DATUM_COPY(SPI_getbinval(tuple, tupdesc, 2, &isnull)));
+		blocks[n].attempt =
+			DatumGetInt32(SPI_getbinval(tuple, tupdesc, 3, &isnull));
+		n++;
+	}
+	MemoryContextSwitchTo(oldcxt);
+	return n;
+}
+
+/*
+ * Take up to "limit" blocks whose lease ran out or whose retry came due.  A
+ * block whose lease ran out on its last attempt is dead-lettered instead.
+ */
+static int
+claim_due(const PgqGroup *group, int limit, TimestampTz now,
+		  TimestampTz until, ClaimedBlock *blocks, MemoryContext cxt)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		values[5];
+	int			n = 0;
+
+	if (plan == NULL)
+	{
+		Oid			argtypes[5] = {INT8OID, INT4OID, TIMESTAMPTZOID,
+		TIMESTAMPTZOID, INT4OID};
+
+		plan = pgq_keep_plan("UPDATE pgq.blocks b SET "
+							 "state = CASE WHEN b.state " OP("=") " 'c' "
+							 "AND b.attempt " OP(">=") " $5 "
+							 "THEN 'f'::pg_catalog.\"char\" "
+							 "ELSE 'c'::pg_catalog.\"char\" END, "
+							 "attempt = CASE WHEN b.state " OP("=") " 'c' "
+							 "AND b.attempt " OP(">=") " $5 THEN b.attempt "
+							 "ELSE b.attempt " OP("+") " 1 END, "
+							 "lease_until = CASE WHEN b.state " OP("=") " 'c' "
+							 "AND b.attempt " OP(">=") " $5 THEN NULL ELSE $4 END, "
+							 "last_error = CASE WHEN b.state " OP("=") " 'c' "
+							 "AND b.attempt " OP(">=") " $5 "
+							 "THEN 'lease expired' ELSE b.last_error END "
+							 "WHERE b.ctid " OP("=") " ANY (ARRAY("
+							 "SELECT ctid FROM pgq.blocks "
+							 "WHERE group_id " OP("=") " $1 "
+							 "AND state " OP("=") " ANY ('{c,r}'::pg_catalog.\"char\"[]) "
+							 "AND lease_until " OP("<=") " $3 "
+							 "ORDER BY group_id, lease_until LIMIT $2 "
+							 "FOR UPDATE SKIP LOCKED)) "
+							 "RETURNING b.block_id, b.ids, b.attempt, b.state",
+							 5, argtypes);
+	}
+
+	values[0] = Int64GetDatum(group->ref.group_id);
+	values[2] = TimestampTzGetDatum(now);
+	values[3] = TimestampTzGetDatum(until);
+	values[4] = Int32GetDatum(group->max_attempts);
+
+	/* dead-lettered blocks do not count: look again for the rest */
+	while (n < limit)
+	{
+		int			dead;
+		int			rc;
+
+		CHECK_FOR_INTERRUPTS();
+		values[1] = Int32GetDatum(limit - n);
+		rc = SPI_execute_plan(plan, values, NULL, false, 0);
+		if (rc != SPI_OK_UPDATE_RETURNING)
+			elog(ERROR, "could not claim blocks: %s", SPI_result_code_string(rc));
+		n += keep_claimed(blocks + n, cxt, &dead);
+		if (dead == 0)
+			break;
+	}
+	return n;
+}
+
+/* Take up to "limit" pending blocks from block id "from" on. */
+static int
+claim_pending(const PgqGroup *group, int64 from, int limit,
+			  TimestampTz until, ClaimedBlock *blocks, MemoryContext cxt)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		values[4];
+	int			dead;
+	int			rc;
+
+	if (plan == NULL)
+	{
+		Oid			argtypes[4] = {INT8OID, INT8OID, INT4OID, TIMESTAMPTZOID};
+
+		plan = pgq_keep_plan("UPDATE pgq.blocks SET state = 'c', "
+							 "attempt = attempt " OP("+") " 1, lease_until = $4 "
+							 "WHERE ctid " OP("=") " ANY (ARRAY("
+							 "SELECT ctid FROM pgq.blocks "
+							 "WHERE group_id " OP("=") " $1 "
+							 "AND block_id " OP(">=") " $2 "
+							 "AND state " OP("=") " 'p' "
+							 "ORDER BY group_id, block_id LIMIT $3 "
+							 "FOR UPDATE SKIP LOCKED)) "
+							 "RETURNING block_id, ids, attempt, state",
+							 4, argtypes);
+	}
+
+	values[0] = Int64GetDatum(group->ref.group_id);
+	values[1] = Int64GetDatum(from);
+	values[2] = Int32GetDatum(limit);
+	values[3] = TimestampTzGetDatum(until);
+	rc = SPI_execute_plan(plan, values, NULL, false, 0);
+	if (rc != SPI_OK_UPDATE_RETURNING)
+		elog(ERROR, "could not claim blocks: %s", SPI_result_code_string(rc));
+	return keep_claimed(blocks, cxt, &dead);
+}
+
+static int
+compare_block_ids(const void *a, const void *b)
+{
+	int64		x = ((const ClaimedBlock *) a)->block_id;
+	int64		y = ((const ClaimedBlock *) b)->block_id;
+
+	return (x > y) - (x < y);
+}
+
+/*
+ * Claim up to max_blocks blocks of a lease-mode group: due ones first, then
+ * pending ones from the hint, then pending ones below it (see claim.c).
+ * Outside a transaction block the claim commits asynchronously: losing it in
+ * a crash only offers the block again.
+ */
+int
+pgq_lease_claim(const PgqGroup *group, int max_blocks, ClaimedBlock *blocks,
+				MemoryContext cxt)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz until = time_after(now, &group->lease);
+	int64		hint;
+	uint64		gen;
+	int			n;
+	int			from_hint;
+
+	if (!IsTransactionBlock())
+		(void) set_config_option("synchronous_commit", "off",
+								 PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_LOCAL, true, 0, false);
+
+	n = claim_due(group, max_blocks, now, until, blocks, cxt);
+	if (n < max_blocks)
+	{
+		(void) pgq_hint_get(&group->ref, &hint, &gen);
+		from_hint = claim_pending(group, hint, max_blocks - n, until,
+								  blocks + n, cxt);
+		if (from_hint > 0)
+		{
+			qsort(blocks + n, from_hint, sizeof(ClaimedBlock), compare_block_ids);
+			pgq_hint_advance(&group->ref, gen,
+							 blocks[n + from_hint - 1].block_id + 1);
+		}
+		n += from_hint;
+		if (n < max_blocks && hint > 0)
+		{
+			int			below = claim_pending(group, 0, max_blocks - n, until,
+											  blocks + n, cxt);
+
+			if (below > 0)
+			{
+				qsort(blocks + n, below, sizeof(ClaimedBlock), compare_block_ids);
+				pgq_hint_lower(&group->ref, blocks[n].block_id);
+			}
+			n += below;
+		}
+	}
+	qsort(blocks, n, sizeof(ClaimedBlock), compare_block_ids);
+
+	/* should this transaction roll back, the pending ones are pending again */
+	pgq_xact_remember_lease(&group->ref, blocks, n);
+	return n;
+}
+
+/*
+ * Run one of the statements below on the block held under "attempt".  True
+ * if it changed the block: the caller held it.
+ */
+static bool
+change_held_block(SPIPlanPtr *plan, const char *sql, int nargs, Oid *argtypes,
+				  Datum *values, int expected_rc)
+{
+	int			rc;
+
+	if (*plan == NULL)
+		*plan = pgq_keep_plan(sql, nargs, argtypes);
+	rc = SPI_execute_plan(*plan, values, NULL, false, 0);
+	if (rc != expected_rc)
+		elog(ERROR, "could not change block: %s", SPI_result_code_string(rc));
+	return SPI_processed > 0;
+}
+
+#define HELD_BY_ATTEMPT \
+	"WHERE block_id " OP("=") " $1 AND state " OP("=") " 'c' " \
+	"AND attempt " OP("=") " $2"
+
+/* Consume a block held under "attempt". */
+bool
+pgq_lease_complete(int64 block_id, int32 attempt)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			argtypes[2] = {INT8OID, INT4OID};
+	Datum		values[2] = {Int64GetDatum(block_id), Int32GetDatum(attempt)};
+
+	return change_held_block(&plan,
+							 "DELETE FROM pgq.blocks " HELD_BY_ATTEMPT,
+							 2, argtypes, values, SPI_OK_DELETE);
+}
+
+/*
+ * Give a block back at once.  The next claim counts a new attempt: that is
+ * what keeps this holder's attempt number from being valid again.
+ */
+bool
+pgq_lease_release(int64 block_id, int32 attempt)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			argtypes[3] = {INT8OID, INT4OID, TIMESTAMPTZOID};
+	Datum		values[3] = {Int64GetDatum(block_id), Int32GetDatum(attempt),
+	TimestampTzGetDatum(GetCurrentTimestamp())};
+
+	return change_held_block(&plan,
+							 "UPDATE pgq.blocks SET state = 'r', lease_until = $3 "
+							 HELD_BY_ATTEMPT,
+							 3, argtypes, values, SPI_OK_UPDATE);
+}
+
+/*
+ * Record a failed attempt: the block is retried after retry_after (at once
+ * if NULL), or dead-lettered with the error if it had its last attempt.
+ */
+bool
+pgq_lease_fail(const PgqGroup *group, int64 block_id, int32 attempt,
+			   text *error, Interval *retry_after)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			argtypes[5] = {INT8OID, INT4OID, TIMESTAMPTZOID, TEXTOID,
+	INT4OID};
+	Datum		values[5];
+	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
+	TimestampTz now = GetCurrentTimestamp();
+	int			rc;
+
+	values[0] = Int64GetDatum(block_id);
+	values[1] = Int32GetDatum(attempt);
+	values[2] = TimestampTzGetDatum(retry_after ? time_after(now, retry_after) : now);
+	values[3] = PointerGetDatum(error);
+	if (error == NULL)
+		nulls[3] = 'n';
+	values[4] = Int32GetDatum(group->max_attempts);
+
+	if (plan == NULL)
+		plan = pgq_keep_plan("UPDATE pgq.blocks SET "
+							 "state = CASE WHEN attempt " OP(">=") " $5 "
+							 "THEN 'f'::pg_catalog.\"char\" "
+							 "ELSE 'r'::pg_catalog.\"char\" END, "
+							 "lease_until = CASE WHEN attempt " OP(">=") " $5 "
+							 "THEN NULL ELSE $3 END, "
+							 "last_error = $4 "
+							 HELD_BY_ATTEMPT,
+							 5, argtypes);
+	rc = SPI_execute_plan(plan, values, nulls, false, 0);
+	if (rc != SPI_OK_UPDATE)
+		elog(ERROR, "could not fail block: %s", SPI_result_code_string(rc));
+	return SPI_processed > 0;
+}
+
+/* Move the deadline of a block held under "attempt" to now() + lease. */
+bool
+pgq_lease_extend(int64 block_id, int32 attempt, Interval *lease)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			argtypes[3] = {INT8OID, INT4OID, TIMESTAMPTZOID};
+	Datum		values[3] = {Int64GetDatum(block_id), Int32GetDatum(attempt),
+	TimestampTzGetDatum(time_after(GetCurrentTimestamp(), lease))};
+
+	return change_held_block(&plan,
+							 "UPDATE pgq.blocks SET lease_until = $3 "
+							 HELD_BY_ATTEMPT,
+							 3, argtypes, values, SPI_OK_UPDATE);
+}
