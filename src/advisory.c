@@ -463,9 +463,25 @@ compare_block_ids(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
+/* Blocks of the group that this session holds. */
+static int64
+held_in_group(const PgqGroupRef *group)
+{
+	int64		n = 0;
+
+	for (int i = 0; i < nheld; i++)
+	{
+		if (held[i].group.group_id == group->group_id &&
+			held[i].group.dbid == group->dbid)
+			n++;
+	}
+	return n;
+}
+
 /*
  * Claim up to max_blocks blocks of an advisory-mode group: retries that came
- * due, then pending blocks from the hint, then below it (see claim.c).
+ * due, then pending blocks from the hint, then below it if no other session
+ * holds blocks of the group (see claim.c).
  * Blocks held by others are skipped; the hint moves past them, and their
  * holders lower it again when they let go.
  */
@@ -486,7 +502,8 @@ pgq_advisory_claim(const PgqGroup *group, int max_blocks,
 		n += lock_pending(group, hint, max_blocks - n, blocks + n, cxt, &last);
 		if (last > 0)
 			pgq_hint_advance(&group->ref, gen, last + 1);
-		if (n < max_blocks && hint > 0 && nheld < pgq_max_locks_per_session)
+		if (n < max_blocks && hint > 0 && nheld < pgq_max_locks_per_session &&
+			pgq_no_claims_by_others(&group->ref, held_in_group(&group->ref)))
 		{
 			int			below = lock_pending(group, 0, max_blocks - n,
 											 blocks + n, cxt, &last);

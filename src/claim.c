@@ -142,9 +142,12 @@ lock_and_delete(const PgqGroupRef *group, int64 from, int limit,
 
 /*
  * Claim up to max_blocks blocks, from the group's hint on.  Should that find
- * fewer, look again from the start of the group: a block whose holder let
- * it go without pgq knowing (say, a row lock taken on pgq.blocks by hand)
- * may lie below the hint.  The hint only saves work; it never hides a block.
+ * fewer while no other transaction holds blocks of the group, look again from
+ * the start of the group: a block whose holder let it go without pgq knowing
+ * (say, a row lock taken on pgq.blocks by hand) may lie below the hint.  The
+ * hint only saves work; it never hides a block for longer than others hold
+ * claims, and consumers polling the end of a group while others finish do
+ * not walk the group's dead entries.
  *
  * Returns how many; blocks[] (in resultcxt) gets them in block id order.
  */
@@ -166,6 +169,7 @@ transaction_claim(const PgqGroupRef *group, int max_blocks,
 		pgq_hint_advance(group, gen, blocks[first - 1].block_id + 1);
 
 	if (nblocks < max_blocks && hint > 0 &&
+		pgq_no_claims_by_others(group, pgq_xact_own_claims(group->group_id)) &&
 		lock_and_delete(group, 0, max_blocks - nblocks, blocks, &nblocks,
 						resultcxt) > 0)
 	{

@@ -128,6 +128,7 @@ extern void pgq_hint_lower(const PgqGroupRef *group, int64 block_id);
 extern void pgq_claimed_add(const PgqGroupRef *group, int64 delta);
 extern bool pgq_claimed_get(const PgqGroupRef *group, int64 *claimed);
 extern void pgq_group_forget(Oid dbid, int64 group_id);
+extern bool pgq_no_claims_by_others(const PgqGroupRef *group, int64 own);
 extern bool pgq_advisory_locks_take(int limit);
 extern void pgq_advisory_locks_give(void);
 

@@ -359,3 +359,17 @@ pgq_advisory_locks_give(void)
 	if (pgq_shmem_ready())
 		pg_atomic_fetch_sub_u32(&pgq_state->advisory_locks, 1);
 }
+
+/*
+ * Are all claims in flight on the group "own" ones (or is that unknown)?
+ * Decides whether a claim that came up short looks below the hint.
+ */
+bool
+pgq_no_claims_by_others(const PgqGroupRef *group, int64 own)
+{
+	int64		claimed;
+
+	if (!pgq_claimed_get(group, &claimed))
+		return true;
+	return claimed <= own;
+}
