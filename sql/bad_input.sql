@@ -81,7 +81,7 @@ SELECT sql, try(sql) FROM (VALUES
 -- claims inside a transaction block, where the mode's checks pass
 BEGIN;
 SELECT try($$SELECT pgq.claim('no such group')$$);
-SELECT try($$SELECT pgq.claim('exists', wait => '1s')$$);
+SELECT try($$SELECT pgq.claim('exists', wait => '-1s')$$);
 ROLLBACK;
 
 -- nothing was left behind

@@ -99,7 +99,7 @@ SELECT pgq.drop_group('k');
 COMMIT;
 SELECT count(*) FROM pgq.groups WHERE group_name = 'k';
 
--- unknown groups and unimplemented waiting
+-- unknown groups; waiting on a group that can yield nothing more returns at once
 BEGIN;
 SELECT * FROM pgq.claim('nope');
 ROLLBACK;

@@ -184,11 +184,14 @@ LANGUAGE C VOLATILE STRICT;
 -- Counting blocks by mode:
 -- * lease: claims are committed rows, state 'c' until their lease runs out;
 --   a claim whose lease ran out counts as pending again.
--- * transaction and advisory: claims are held by open transactions or
---   sessions, so the claimed count comes from shared memory (NULL when pgq
---   is not preloaded; blocks held by others then count as pending).  A block
---   claimed by another open transaction is still visible to this snapshot,
---   one claimed by this transaction is not ("own").
+-- * advisory: claims are advisory locks, counted from pg_locks, so that the
+--   count is right even after pg_advisory_unlock_all() or DISCARD ALL (the
+--   claim path counts in shared memory instead).
+-- * transaction: claims are held by open transactions, so the claimed count
+--   comes from shared memory (NULL when pgq is not preloaded; blocks held by
+--   others then count as pending).  A block claimed by another open
+--   transaction is still visible to this snapshot, one claimed by this
+--   transaction is not ("own").
 CREATE VIEW pgq.group_stats AS
 SELECT g.group_name,
        g.mode,
@@ -222,20 +225,36 @@ CROSS JOIN LATERAL (SELECT count(*) AS remaining,
                     WHERE b.group_id = g.group_id) r
 CROSS JOIN LATERAL pgq.inflight(g.group_id, g.created_at) f
 CROSS JOIN LATERAL (
-    SELECT CASE WHEN g.mode = 'lease' THEN r.leased ELSE f.claimed END
-               AS claimed,
-           CASE WHEN g.mode = 'lease'
-                THEN r.remaining - r.failed - r.leased
-                ELSE greatest(r.remaining - r.failed + f.own
-                              - coalesce(f.claimed, f.own), 0)
+    SELECT CASE g.mode
+               WHEN 'lease' THEN r.leased
+               WHEN 'advisory' THEN
+                   (SELECT count(*)
+                    FROM pg_catalog.pg_locks l
+                    JOIN pgq.blocks b
+                      ON b.block_id = (l.classid::bigint << 32 | l.objid::bigint)
+                    WHERE l.locktype = 'advisory' AND l.granted
+                      AND l.objsubid = 20561
+                      AND l.database = (SELECT oid FROM pg_catalog.pg_database
+                                        WHERE datname = pg_catalog.current_database())
+                      AND b.group_id = g.group_id)
+               ELSE f.claimed
+           END AS claimed) c
+CROSS JOIN LATERAL (
+    SELECT c.claimed,
+           CASE g.mode
+               WHEN 'transaction'
+               THEN greatest(r.remaining - r.failed + f.own
+                             - coalesce(c.claimed, f.own), 0)
+               ELSE r.remaining - r.failed - c.claimed
            END AS pending) s;
 
 COMMENT ON VIEW pgq.group_stats IS
 'progress of every group: blocks pending, claimed, done and failed';
 
 -- Advisory-mode workers, whether their session still holds its placeholder
--- lock, and how many blocks it holds (from pg_locks: for psql, not for a
--- hot path).
+-- lock, and how many blocks that session holds (locks name blocks, not
+-- workers).  Reads pg_locks: for psql, not for a hot path.  On a standby it
+-- fails, as reading any unlogged table does during recovery.
 CREATE VIEW pgq.workers AS
 SELECT w.worker_id,
        w.worker_name,

@@ -42,9 +42,13 @@
 
 #include "pgq.h"
 
-/* field4 of pgq's advisory lock tags; the workers view knows them too */
-#define PGQ_LOCK_BLOCK		0x5051
-#define PGQ_LOCK_WORKER		0x5052
+/*
+ * field4 of pgq's advisory lock tags, "PQ" and "PR" (pg_locks.objsubid; the
+ * pgq.workers view knows them too).  PostgreSQL's own advisory locks use 1
+ * and 2.
+ */
+#define PGQ_LOCK_BLOCK		20561
+#define PGQ_LOCK_WORKER		20562
 
 /* Candidate blocks read per scan step. */
 #define PGQ_ADVISORY_BATCH	64
@@ -164,6 +168,21 @@ find_held(int64 block_id)
 }
 
 /*
+ * Like find_held(), for a block of a known group: block ids repeat after
+ * DROP EXTENSION and CREATE EXTENSION.
+ */
+static int
+find_held_in(const PgqGroupRef *group, int64 block_id)
+{
+	int			i = find_held(block_id);
+
+	if (i >= 0 && (held[i].group.group_id != group->group_id ||
+				   held[i].group.created_at != group->created_at))
+		return -1;
+	return i;
+}
+
+/*
  * Forget held[i]: unlock it if the lock is still there and uncount it.  If
  * the block is still pending ("back"), let claims find it again.  Allocates
  * nothing and cannot fail, so it may run at transaction end and at backend
@@ -180,7 +199,10 @@ forget_held(int i, bool back)
 	pgq_advisory_locks_give();
 	pgq_claimed_add(&block.group, -1);
 	if (back)
+	{
 		pgq_hint_lower(&block.group, block.block_id);
+		pgq_wake_group(&block.group);
+	}
 }
 
 /*
@@ -257,6 +279,35 @@ pgq_advisory_unlock(int64 block_id)
 }
 
 /*
+ * The transaction that claimed block_id aborted: the claim is undone, as in
+ * the other modes.  Called from the transaction callbacks.
+ */
+void
+pgq_advisory_undo_claim(int64 block_id)
+{
+	int			i = find_held(block_id);
+
+	if (i >= 0)
+		forget_held(i, true);
+}
+
+/*
+ * The group was dropped (and the drop committed): its blocks are gone, and
+ * so are this session's claims on them.  Called from the transaction
+ * callbacks.
+ */
+void
+pgq_advisory_forget_group(const PgqGroupRef *group)
+{
+	for (int i = nheld - 1; i >= 0; i--)
+	{
+		if (held[i].group.group_id == group->group_id &&
+			held[i].group.dbid == group->dbid)
+			forget_held(i, false);
+	}
+}
+
+/*
  * Refuse a worker id whose placeholder lock this session does not hold, and
  * say what probably happened.
  */
@@ -274,7 +325,8 @@ pgq_advisory_check_worker_held(int64 worker_id)
 
 /*
  * Check, with a fresh snapshot, that a block just locked is still claimable:
- * it may have been completed between the scan and the lock.  Returns the
+ * it may have been completed between the scan and the lock, and a retry must
+ * have come due.  Returns the
  * stored attempt count and the ids, or false.
  */
 static bool
@@ -282,22 +334,24 @@ verify_locked(const PgqGroup *group, int64 block_id, ClaimedBlock *block,
 			  MemoryContext cxt)
 {
 	static SPIPlanPtr plan = NULL;
-	Datum		values[2];
+	Datum		values[3];
 	int			rc;
 
 	if (plan == NULL)
 	{
-		Oid			argtypes[2] = {INT8OID, INT8OID};
+		Oid			argtypes[3] = {INT8OID, INT8OID, TIMESTAMPTZOID};
 
-		plan = pgq_keep_plan("SELECT block_id, ids, attempt "
-							 "OPERATOR(pg_catalog.+) 1 FROM pgq.blocks "
+		plan = pgq_keep_plan("SELECT block_id, ids, attempt " OP("+") " 1 "
+							 "FROM pgq.blocks "
 							 "WHERE group_id " OP("=") " $1 "
 							 "AND block_id " OP("=") " $2 "
-							 "AND state " OP("=") " ANY ('{p,r}'::pg_catalog.\"char\"[])",
-							 2, argtypes);
+							 "AND (state " OP("=") " 'p' OR (state " OP("=") " 'r' "
+							 "AND lease_until " OP("<=") " $3))",
+							 3, argtypes);
 	}
 	values[0] = Int64GetDatum(group->ref.group_id);
 	values[1] = Int64GetDatum(block_id);
+	values[2] = TimestampTzGetDatum(GetCurrentTimestamp());
 	rc = SPI_execute_plan(plan, values, NULL, false, 1);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "could not read block: %s", SPI_result_code_string(rc));
@@ -362,10 +416,11 @@ lock_candidates(const PgqGroup *group, SPIPlanPtr plan, Datum *values,
 														   1, &isnull));
 
 		CHECK_FOR_INTERRUPTS();
-		*last = block_id;
 		reserve_held();
+		pgq_xact_reserve(1);
 		if (!may_lock_more(n))
 			break;
+		*last = block_id;
 		if (!try_lock(block_id, PGQ_LOCK_BLOCK))
 		{
 			pgq_advisory_locks_give();
@@ -378,6 +433,7 @@ lock_candidates(const PgqGroup *group, SPIPlanPtr plan, Datum *values,
 			continue;
 		}
 		remember_held(&group->ref, block_id);
+		pgq_xact_remember_advisory(&group->ref, block_id);
 		n++;
 	}
 	SPI_freetuptable(candidates);
@@ -464,8 +520,8 @@ compare_block_ids(const void *a, const void *b)
 }
 
 /* Blocks of the group that this session holds. */
-static int64
-held_in_group(const PgqGroupRef *group)
+int64
+pgq_advisory_held_in_group(const PgqGroupRef *group)
 {
 	int64		n = 0;
 
@@ -480,8 +536,7 @@ held_in_group(const PgqGroupRef *group)
 
 /*
  * Claim up to max_blocks blocks of an advisory-mode group: retries that came
- * due, then pending blocks from the hint, then below it if no other session
- * holds blocks of the group (see claim.c).
+ * due, then pending blocks from the hint, then below it (see claim.c).
  * Blocks held by others are skipped; the hint moves past them, and their
  * holders lower it again when they let go.
  */
@@ -503,7 +558,7 @@ pgq_advisory_claim(const PgqGroup *group, int max_blocks,
 		if (last > 0)
 			pgq_hint_advance(&group->ref, gen, last + 1);
 		if (n < max_blocks && hint > 0 && nheld < pgq_max_locks_per_session &&
-			pgq_no_claims_by_others(&group->ref, held_in_group(&group->ref)))
+			pgq_full_scan_due(&group->ref, pgq_advisory_held_in_group(&group->ref)))
 		{
 			int			below = lock_pending(group, 0, max_blocks - n,
 											 blocks + n, cxt, &last);
@@ -521,13 +576,14 @@ pgq_advisory_claim(const PgqGroup *group, int max_blocks,
 }
 
 /*
- * Is block_id held by this session, and not already being completed by this
- * transaction?
+ * Is block_id of the group held by this session, and not already being
+ * completed by this transaction?
  */
 static bool
-holds_block(int64 block_id)
+holds_block(const PgqGroupRef *group, int64 block_id)
 {
-	return find_held(block_id) >= 0 && lock_held(block_id, PGQ_LOCK_BLOCK) &&
+	return find_held_in(group, block_id) >= 0 &&
+		lock_held(block_id, PGQ_LOCK_BLOCK) &&
 		!pgq_xact_unlocking(block_id);
 }
 
@@ -542,7 +598,7 @@ pgq_advisory_complete(const PgqGroup *group, int64 block_id)
 	Datum		values[1];
 	int			rc;
 
-	if (!holds_block(block_id))
+	if (!holds_block(&group->ref, block_id))
 		return false;
 	if (plan == NULL)
 	{
@@ -566,9 +622,10 @@ pgq_advisory_complete(const PgqGroup *group, int64 block_id)
 bool
 pgq_advisory_release(const PgqGroup *group, int64 block_id)
 {
-	if (!holds_block(block_id))
+	if (!holds_block(&group->ref, block_id))
 		return false;
 	forget_held(find_held(block_id), true);
+	pgq_notify_group(group->name);
 	return true;
 }
 
@@ -587,7 +644,7 @@ pgq_advisory_fail(const PgqGroup *group, int64 block_id, text *error,
 	TimestampTz now = GetCurrentTimestamp();
 	int			rc;
 
-	if (!holds_block(block_id))
+	if (!holds_block(&group->ref, block_id))
 		return false;
 	if (plan == NULL)
 	{
@@ -621,6 +678,7 @@ pgq_advisory_fail(const PgqGroup *group, int64 block_id, text *error,
 	if (SPI_processed == 0)
 		return false;
 	pgq_xact_unlock_at_commit(&group->ref, block_id);
+	pgq_notify_group(group->name);
 	return true;
 }
 
@@ -635,6 +693,7 @@ Datum
 pgq_register_worker(PG_FUNCTION_ARGS)
 {
 	Oid			argtypes[2] = {TEXTOID, INT4OID};
+	Oid			cleanup_types[1] = {OIDOID};
 	Datum		values[2];
 	char		nulls[2] = {' ', ' '};
 	int64		worker_id;
@@ -642,13 +701,32 @@ pgq_register_worker(PG_FUNCTION_ARGS)
 	int			rc;
 
 	pgq_check_not_in_recovery("register a worker");
+	values[1] = Int32GetDatum(MyProcPid);
+
+	SPI_connect();
+
+	/*
+	 * Registrations whose session is gone (or lost its locks) stay behind;
+	 * clear them out now, while registering is rare and pg_locks is cheap
+	 * enough.
+	 */
+	values[0] = ObjectIdGetDatum(MyDatabaseId);
+	rc = SPI_execute_with_args("DELETE FROM pgq.worker_registry w "
+							   "WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_locks l "
+							   "WHERE l.locktype " OP("=") " 'advisory' AND l.granted "
+							   "AND l.database " OP("=") " $1 "
+							   "AND l.objsubid " OP("=") " " CppAsString2(PGQ_LOCK_WORKER) " "
+							   "AND l.pid " OP("=") " w.pid "
+							   "AND (l.classid::pg_catalog.int8 " OP("<<") " 32 "
+							   OP("|") " l.objid::pg_catalog.int8) " OP("=") " w.worker_id)",
+							   1, cleanup_types, values, NULL, false, 0);
+	if (rc != SPI_OK_DELETE)
+		elog(ERROR, "could not clean up workers: %s", SPI_result_code_string(rc));
+
 	if (PG_ARGISNULL(0))
 		nulls[0] = 'n';
 	else
 		values[0] = PG_GETARG_DATUM(0);
-	values[1] = Int32GetDatum(MyProcPid);
-
-	SPI_connect();
 	rc = SPI_execute_with_args("INSERT INTO pgq.worker_registry "
 							   "(worker_id, worker_name, pid) "
 							   "VALUES (pg_catalog.nextval('pgq.worker_id_seq'), $1, $2) "
@@ -746,13 +824,15 @@ pgq_relock(PG_FUNCTION_ARGS)
 		if (elemnulls[i])
 			continue;
 		block_id = DatumGetInt64(elems[i]);
-		if (holds_block(block_id))
+		reserve_held();
+		if (!lookup_claimable_block(block_id, &group))
+			continue;
+		if (holds_block(&group.ref, block_id))
 		{
 			regained[nregained++] = elems[i];
 			continue;
 		}
-		reserve_held();
-		if (!lookup_claimable_block(block_id, &group) || !may_lock_more(0))
+		if (!may_lock_more(0))
 			continue;
 		if (!try_lock(block_id, PGQ_LOCK_BLOCK))
 		{

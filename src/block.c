@@ -137,7 +137,8 @@ pgq_release(PG_FUNCTION_ARGS)
 			refuse_mode("pgq.release()", &group, TRANSACTION_MODE_HINT);
 			break;
 		case PGQ_MODE_LEASE:
-			done = pgq_lease_release(block_id, required_attempt(fcinfo, 1));
+			done = pgq_lease_release(&group, block_id,
+									 required_attempt(fcinfo, 1));
 			break;
 		case PGQ_MODE_ADVISORY:
 			require_worker(fcinfo, 2);
@@ -164,12 +165,8 @@ pgq_fail(PG_FUNCTION_ARGS)
 	Interval   *retry_after = PG_ARGISNULL(2) ? NULL : PG_GETARG_INTERVAL_P(2);
 	bool		done = false;
 
-	if (retry_after != NULL &&
-		(retry_after->month != 0 || retry_after->day < 0 ||
-		 retry_after->time + (int64) retry_after->day * USECS_PER_DAY < 0))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("retry_after must be zero or positive, without months")));
+	if (retry_after != NULL)
+		pgq_check_retry_after(retry_after);
 	if (!begin_block_op(fcinfo, "fail a block", &group))
 		PG_RETURN_BOOL(false);
 	block_id = PG_GETARG_INT64(0);

@@ -22,6 +22,7 @@
 #include "utils/builtins.h"
 #include "utils/fmgrprotos.h"
 #include "utils/guc.h"
+#include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 
 #include "pgq.h"
@@ -142,12 +143,9 @@ lock_and_delete(const PgqGroupRef *group, int64 from, int limit,
 
 /*
  * Claim up to max_blocks blocks, from the group's hint on.  Should that find
- * fewer while no other transaction holds blocks of the group, look again from
- * the start of the group: a block whose holder let it go without pgq knowing
- * (say, a row lock taken on pgq.blocks by hand) may lie below the hint.  The
- * hint only saves work; it never hides a block for longer than others hold
- * claims, and consumers polling the end of a group while others finish do
- * not walk the group's dead entries.
+ * fewer, look again from the start of the group when pgq_full_scan_due()
+ * says so: a block whose holder let it go without pgq knowing may lie below
+ * the hint.  The hint saves work; it hides no block for long.
  *
  * Returns how many; blocks[] (in resultcxt) gets them in block id order.
  */
@@ -169,7 +167,7 @@ transaction_claim(const PgqGroupRef *group, int max_blocks,
 		pgq_hint_advance(group, gen, blocks[first - 1].block_id + 1);
 
 	if (nblocks < max_blocks && hint > 0 &&
-		pgq_no_claims_by_others(group, pgq_xact_own_claims(group->group_id)) &&
+		pgq_full_scan_due(group, pgq_xact_own_claims(group->group_id)) &&
 		lock_and_delete(group, 0, max_blocks - nblocks, blocks, &nblocks,
 						resultcxt) > 0)
 	{
@@ -180,12 +178,80 @@ transaction_claim(const PgqGroupRef *group, int max_blocks,
 	return nblocks;
 }
 
+/* When a claim asked to wait for "wait" must give up; 0 for not at all. */
+static TimestampTz
+wait_deadline(Interval *wait)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz deadline;
+
+	deadline = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+													   TimestampTzGetDatum(now),
+													   IntervalPGetDatum(wait)));
+	if (deadline < now)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("wait must not be negative")));
+	return deadline > now ? deadline : 0;
+}
+
+/*
+ * Can the group never yield another block?  True when no block is pending,
+ * claimed under a lease or waiting for a retry, and no other session holds a
+ * claim that it might give back.  Blocks below the hint are consumed or
+ * held, so only the part from the hint on is looked at.  Blocks held by
+ * others count when their number is not known (they are visible rows then).
+ */
+static bool
+group_exhausted(const PgqGroup *group)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		values[2];
+	int64		hint;
+	uint64		gen;
+	int64		own = 0;
+	bool		isnull;
+	int			rc;
+
+	if (plan == NULL)
+	{
+		Oid			argtypes[2] = {INT8OID, INT8OID};
+
+		plan = pgq_keep_plan("SELECT EXISTS (SELECT FROM pgq.blocks "
+							 "WHERE group_id " OP("=") " $1 "
+							 "AND state " OP("=") " ANY ('{c,r}'::pg_catalog.\"char\"[])) "
+							 "OR EXISTS (SELECT FROM pgq.blocks "
+							 "WHERE group_id " OP("=") " $1 "
+							 "AND block_id " OP(">=") " $2 "
+							 "AND state " OP("=") " 'p')",
+							 2, argtypes);
+	}
+
+	if (!pgq_hint_get(&group->ref, &hint, &gen))
+		hint = 0;
+	if (group->mode == PGQ_MODE_TRANSACTION)
+		own = pgq_xact_own_claims(group->ref.group_id);
+	else if (group->mode == PGQ_MODE_ADVISORY)
+		own = pgq_advisory_held_in_group(&group->ref);
+	if (group->mode != PGQ_MODE_LEASE && hint > 0 &&
+		!pgq_no_claims_by_others(&group->ref, own))
+		return false;
+
+	values[0] = Int64GetDatum(group->ref.group_id);
+	values[1] = Int64GetDatum(hint);
+	rc = SPI_execute_plan(plan, values, NULL, false, 1);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "could not read blocks: %s", SPI_result_code_string(rc));
+	return !DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
+									   SPI_tuptable->tupdesc, 1, &isnull));
+}
+
 /*
  * pgq.claim(group_name, max_blocks, wait, worker_id)
  *	  -> TABLE(block_id, attempt, ids, payload)
  *
  * Up to max_blocks blocks, in block_id order; no rows when nothing is
- * claimable.
+ * claimable (after waiting up to "wait" for something to become claimable).
  */
 Datum
 pgq_claim(PG_FUNCTION_ARGS)
@@ -197,6 +263,7 @@ pgq_claim(PG_FUNCTION_ARGS)
 	PgqGroup	group;
 	ClaimedBlock *blocks;
 	int			nblocks = 0;
+	TimestampTz deadline = 0;
 
 	pgq_check_arg_not_null(fcinfo, 0, "group_name");
 	pgq_check_arg_not_null(fcinfo, 1, "max_blocks");
@@ -209,10 +276,7 @@ pgq_claim(PG_FUNCTION_ARGS)
 				 errmsg("max_blocks must be between 1 and %d", PGQ_MAX_CLAIM_BLOCKS),
 				 errdetail("The value given is %d.", max_blocks)));
 	if (!PG_ARGISNULL(2))
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("waiting claims are not implemented yet"),
-				 errhint("Call pgq.claim() without wait, and retry when it returns no rows.")));
+		deadline = wait_deadline(PG_GETARG_INTERVAL_P(2));
 	if (RecoveryInProgress())
 		ereport(ERROR,
 				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
@@ -237,20 +301,33 @@ pgq_claim(PG_FUNCTION_ARGS)
 		pgq_advisory_check_worker_held(PG_GETARG_INT64(3));
 	}
 
-	switch (group.mode)
+	/*
+	 * Claim; if nothing came and the caller wants to wait, sleep until woken
+	 * and claim again, until a block comes, the group can yield no more, or
+	 * the time is up.
+	 */
+	for (;;)
 	{
-		case PGQ_MODE_TRANSACTION:
-			nblocks = transaction_claim(&group.ref, max_blocks, blocks,
-										resultcxt);
-			break;
-		case PGQ_MODE_LEASE:
-			nblocks = pgq_lease_claim(&group, max_blocks, blocks, resultcxt);
-			break;
-		case PGQ_MODE_ADVISORY:
-			nblocks = pgq_advisory_claim(&group, max_blocks, blocks,
-										 resultcxt);
+		switch (group.mode)
+		{
+			case PGQ_MODE_TRANSACTION:
+				nblocks = transaction_claim(&group.ref, max_blocks, blocks,
+											resultcxt);
+				break;
+			case PGQ_MODE_LEASE:
+				nblocks = pgq_lease_claim(&group, max_blocks, blocks, resultcxt);
+				break;
+			case PGQ_MODE_ADVISORY:
+				nblocks = pgq_advisory_claim(&group, max_blocks, blocks,
+											 resultcxt);
+				break;
+		}
+		if (nblocks > 0 || deadline == 0 || group_exhausted(&group) ||
+			!pgq_wait_for_wakeup(&group.ref, deadline))
 			break;
 	}
+	if (deadline != 0)
+		pgq_wait_done();
 	SPI_finish();
 
 	for (int i = 0; i < nblocks; i++)

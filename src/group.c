@@ -391,7 +391,10 @@ check_existing_group(text *name, PgqMode mode, text *query, int block_size,
 	return true;
 }
 
-/* Fill *group from a row of (group_id, mode, created_at, lease, max_attempts). */
+/*
+ * Fill *group from a row of (group_id, mode, created_at, lease, max_attempts,
+ * group_name).
+ */
 static void
 group_from_tuple(HeapTuple tuple, TupleDesc tupdesc, PgqGroup *group)
 {
@@ -404,6 +407,7 @@ group_from_tuple(HeapTuple tuple, TupleDesc tupdesc, PgqGroup *group)
 		DatumGetTimestampTz(SPI_getbinval(tuple, tupdesc, 3, &isnull));
 	group->lease = *DatumGetIntervalP(SPI_getbinval(tuple, tupdesc, 4, &isnull));
 	group->max_attempts = DatumGetInt32(SPI_getbinval(tuple, tupdesc, 5, &isnull));
+	strlcpy(group->name, SPI_getvalue(tuple, tupdesc, 6), sizeof(group->name));
 }
 
 /* Look a group up by name, inside SPI; an error if it does not exist. */
@@ -418,7 +422,8 @@ pgq_lookup_group(text *name, PgqGroup *group)
 	{
 		Oid			argtypes[1] = {TEXTOID};
 
-		plan = pgq_keep_plan("SELECT group_id, mode, created_at, lease, max_attempts "
+		plan = pgq_keep_plan("SELECT group_id, mode, created_at, lease, max_attempts, "
+							 "group_name "
 							 "FROM pgq.groups WHERE group_name " OP("=") " $1",
 							 1, argtypes);
 	}
@@ -450,7 +455,7 @@ pgq_lookup_block(int64 block_id, PgqGroup *group)
 		Oid			argtypes[1] = {INT8OID};
 
 		plan = pgq_keep_plan("SELECT g.group_id, g.mode, g.created_at, g.lease, "
-							 "g.max_attempts "
+							 "g.max_attempts, g.group_name "
 							 "FROM pgq.blocks b JOIN pgq.groups g "
 							 "ON g.group_id " OP("=") " b.group_id "
 							 "WHERE b.block_id " OP("=") " $1",
@@ -555,6 +560,8 @@ pgq_create_group(PG_FUNCTION_ARGS)
 		if (rc != SPI_OK_UPDATE || SPI_processed != 1)
 			elog(ERROR, "could not mark group " INT64_FORMAT " ready", group_id);
 	}
+	if (total_blocks > 0)
+		pgq_notify_group(text_to_cstring(name));
 
 	SPI_finish();
 	PG_RETURN_BOOL(true);

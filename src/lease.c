@@ -76,7 +76,8 @@ keep_claimed(ClaimedBlock *blocks, MemoryContext cxt, int *dead)
 
 /*
  * Take up to "limit" blocks whose lease ran out or whose retry came due.  A
- * block whose lease ran out on its last attempt is dead-lettered instead.
+ * block that already had its last attempt (its lease ran out, or it was
+ * released) is dead-lettered instead.
  */
 static int
 claim_due(const PgqGroup *group, int limit, TimestampTz now,
@@ -92,18 +93,19 @@ claim_due(const PgqGroup *group, int limit, TimestampTz now,
 		TIMESTAMPTZOID, INT4OID};
 
 		plan = pgq_keep_plan("UPDATE pgq.blocks b SET "
-							 "state = CASE WHEN b.state " OP("=") " 'c' "
-							 "AND b.attempt " OP(">=") " $5 "
+							 "state = CASE WHEN b.attempt " OP(">=") " $5 "
 							 "THEN 'f'::pg_catalog.\"char\" "
 							 "ELSE 'c'::pg_catalog.\"char\" END, "
-							 "attempt = CASE WHEN b.state " OP("=") " 'c' "
-							 "AND b.attempt " OP(">=") " $5 THEN b.attempt "
+							 "attempt = CASE WHEN b.attempt " OP(">=") " $5 "
+							 "THEN b.attempt "
 							 "ELSE b.attempt " OP("+") " 1 END, "
-							 "lease_until = CASE WHEN b.state " OP("=") " 'c' "
-							 "AND b.attempt " OP(">=") " $5 THEN NULL ELSE $4 END, "
-							 "last_error = CASE WHEN b.state " OP("=") " 'c' "
-							 "AND b.attempt " OP(">=") " $5 "
-							 "THEN 'lease expired' ELSE b.last_error END "
+							 "lease_until = CASE WHEN b.attempt " OP(">=") " $5 "
+							 "THEN NULL ELSE $4 END, "
+							 "last_error = CASE WHEN b.attempt " OP("<") " $5 "
+							 "THEN b.last_error "
+							 "WHEN b.state " OP("=") " 'c' THEN 'lease expired' "
+							 "ELSE COALESCE(b.last_error, "
+							 "'released on its last attempt') END "
 							 "WHERE b.ctid " OP("=") " ANY (ARRAY("
 							 "SELECT ctid FROM pgq.blocks "
 							 "WHERE group_id " OP("=") " $1 "
@@ -219,7 +221,7 @@ pgq_lease_claim(const PgqGroup *group, int max_blocks, ClaimedBlock *blocks,
 							 blocks[n + from_hint - 1].block_id + 1);
 		}
 		n += from_hint;
-		if (n < max_blocks && hint > 0)
+		if (n < max_blocks && hint > 0 && pgq_full_scan_due(&group->ref, 0))
 		{
 			int			below = claim_pending(group, 0, max_blocks - n, until,
 											  blocks + n, cxt);
@@ -279,17 +281,21 @@ pgq_lease_complete(int64 block_id, int32 attempt)
  * what keeps this holder's attempt number from being valid again.
  */
 bool
-pgq_lease_release(int64 block_id, int32 attempt)
+pgq_lease_release(const PgqGroup *group, int64 block_id, int32 attempt)
 {
 	static SPIPlanPtr plan = NULL;
 	Oid			argtypes[3] = {INT8OID, INT4OID, TIMESTAMPTZOID};
 	Datum		values[3] = {Int64GetDatum(block_id), Int32GetDatum(attempt),
 	TimestampTzGetDatum(GetCurrentTimestamp())};
 
-	return change_held_block(&plan,
-							 "UPDATE pgq.blocks SET state = 'r', lease_until = $3 "
-							 HELD_BY_ATTEMPT,
-							 3, argtypes, values, SPI_OK_UPDATE);
+	if (!change_held_block(&plan,
+						   "UPDATE pgq.blocks SET state = 'r', lease_until = $3 "
+						   HELD_BY_ATTEMPT,
+						   3, argtypes, values, SPI_OK_UPDATE))
+		return false;
+	pgq_xact_wake_at_commit(&group->ref);
+	pgq_notify_group(group->name);
+	return true;
 }
 
 /*
@@ -329,7 +335,11 @@ pgq_lease_fail(const PgqGroup *group, int64 block_id, int32 attempt,
 	rc = SPI_execute_plan(plan, values, nulls, false, 0);
 	if (rc != SPI_OK_UPDATE)
 		elog(ERROR, "could not fail block: %s", SPI_result_code_string(rc));
-	return SPI_processed > 0;
+	if (SPI_processed == 0)
+		return false;
+	pgq_xact_wake_at_commit(&group->ref);
+	pgq_notify_group(group->name);
+	return true;
 }
 
 /* Move the deadline of a block held under "attempt" to now() + lease. */

@@ -45,7 +45,7 @@ pgq_shmem_request(void)
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
 #endif
-	RequestAddinShmemSpace(pgq_shmem_size());
+	RequestAddinShmemSpace(add_size(pgq_shmem_size(), pgq_wait_shmem_size()));
 	RequestNamedLWLockTranche("pgq", 1);
 }
 
@@ -56,6 +56,7 @@ pgq_shmem_startup(void)
 		prev_shmem_startup_hook();
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
 	pgq_shmem_init();
+	pgq_wait_shmem_init();
 	LWLockRelease(AddinShmemInitLock);
 }
 
@@ -95,6 +96,7 @@ _PG_init(void)
 
 	pgq_xact_init();
 	pgq_advisory_init();
+	pgq_wait_init();
 }
 
 /*
@@ -142,21 +144,44 @@ pgq_check_not_in_recovery(const char *what)
 }
 
 /*
- * A lease must be a positive duration of at most a year, without months:
- * "1 month" has no fixed length.
+ * Is the interval a duration between "least" and 366 days, without months
+ * ("1 month" has no fixed length)?
  */
+static bool
+duration_within(const Interval *span, int64 least)
+{
+	int64		usecs;
+
+	if (span->month != 0 || span->day > 366 || span->day < -366)
+		return false;
+	usecs = span->time + (int64) span->day * USECS_PER_DAY;
+	return usecs >= least && usecs <= 366 * USECS_PER_DAY;
+}
+
+/* A lease is more than 0 and at most 366 days. */
 void
 pgq_check_lease(const Interval *lease)
 {
-	int64		usecs = lease->time + (int64) lease->day * USECS_PER_DAY;
-
-	if (lease->month != 0 || usecs <= 0 || usecs > 366 * USECS_PER_DAY)
+	if (!duration_within(lease, 1))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("lease must be more than 0 and at most 366 days, without months"),
 				 errdetail("The lease given is %s.",
 						   DatumGetCString(DirectFunctionCall1(interval_out,
 															   IntervalPGetDatum(lease))))));
+}
+
+/* A retry delay is 0 to 366 days. */
+void
+pgq_check_retry_after(const Interval *retry_after)
+{
+	if (!duration_within(retry_after, 0))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("retry_after must be between 0 and 366 days, without months"),
+				 errdetail("The delay given is %s.",
+						   DatumGetCString(DirectFunctionCall1(interval_out,
+															   IntervalPGetDatum(retry_after))))));
 }
 
 /* Prepare a statement once per backend and keep it. */

@@ -43,6 +43,7 @@ typedef struct PgqGroupRef
 typedef struct PgqGroup
 {
 	PgqGroupRef ref;
+	char		name[PGQ_MAX_GROUP_NAME_LEN * 4 + 1];	/* in the server encoding */
 	PgqMode		mode;
 	Interval	lease;
 	int32		max_attempts;
@@ -87,6 +88,7 @@ extern void pgq_check_arg_not_null(FunctionCallInfo fcinfo, int argno,
 								   const char *argname);
 extern void pgq_check_not_in_recovery(const char *what);
 extern void pgq_check_lease(const Interval *lease);
+extern void pgq_check_retry_after(const Interval *retry_after);
 extern PgqMode pgq_parse_mode(const char *mode);
 extern const char *pgq_mode_name(PgqMode mode);
 extern SPIPlanPtr pgq_keep_plan(const char *sql, int nargs, Oid *argtypes);
@@ -103,10 +105,20 @@ extern int	pgq_claimed_from_spi(ClaimedBlock *blocks, int attempt_col,
 extern int	pgq_lease_claim(const PgqGroup *group, int max_blocks,
 							ClaimedBlock *blocks, MemoryContext cxt);
 extern bool pgq_lease_complete(int64 block_id, int32 attempt);
-extern bool pgq_lease_release(int64 block_id, int32 attempt);
+extern bool pgq_lease_release(const PgqGroup *group, int64 block_id,
+							  int32 attempt);
 extern bool pgq_lease_fail(const PgqGroup *group, int64 block_id,
 						   int32 attempt, text *error, Interval *retry_after);
 extern bool pgq_lease_extend(int64 block_id, int32 attempt, Interval *lease);
+
+/* wait.c */
+extern void pgq_wait_init(void);
+extern Size pgq_wait_shmem_size(void);
+extern void pgq_wait_shmem_init(void);
+extern void pgq_wake_group(const PgqGroupRef *group);
+extern bool pgq_wait_for_wakeup(const PgqGroupRef *group, TimestampTz deadline);
+extern void pgq_wait_done(void);
+extern void pgq_notify_group(const char *group_name);
 
 /* advisory.c */
 extern void pgq_advisory_init(void);
@@ -118,6 +130,9 @@ extern bool pgq_advisory_release(const PgqGroup *group, int64 block_id);
 extern bool pgq_advisory_fail(const PgqGroup *group, int64 block_id,
 							  text *error, Interval *retry_after);
 extern void pgq_advisory_unlock(int64 block_id);
+extern void pgq_advisory_undo_claim(int64 block_id);
+extern void pgq_advisory_forget_group(const PgqGroupRef *group);
+extern int64 pgq_advisory_held_in_group(const PgqGroupRef *group);
 
 /* shmem.c: per-group state shared by all backends */
 extern Size pgq_shmem_size(void);
@@ -129,11 +144,13 @@ extern void pgq_claimed_add(const PgqGroupRef *group, int64 delta);
 extern bool pgq_claimed_get(const PgqGroupRef *group, int64 *claimed);
 extern void pgq_group_forget(Oid dbid, int64 group_id);
 extern bool pgq_no_claims_by_others(const PgqGroupRef *group, int64 own);
+extern bool pgq_full_scan_due(const PgqGroupRef *group, int64 own);
 extern bool pgq_advisory_locks_take(int limit);
 extern void pgq_advisory_locks_give(void);
 
 /* xact.c: claims held by the current transaction */
 extern void pgq_xact_init(void);
+extern void pgq_xact_reserve(int n);
 extern void pgq_xact_remember(const PgqGroupRef *group,
 							  const ClaimedBlock *blocks, int n);
 extern void pgq_xact_remember_lease(const PgqGroupRef *group,
@@ -141,6 +158,9 @@ extern void pgq_xact_remember_lease(const PgqGroupRef *group,
 extern void pgq_xact_remember_drop(const PgqGroupRef *group);
 extern void pgq_xact_unlock_at_commit(const PgqGroupRef *group, int64 block_id);
 extern bool pgq_xact_unlocking(int64 block_id);
+extern void pgq_xact_wake_at_commit(const PgqGroupRef *group);
+extern void pgq_xact_remember_advisory(const PgqGroupRef *group,
+									   int64 block_id);
 extern int64 pgq_xact_own_claims(int64 group_id);
 
 #endif							/* PGQ_H */

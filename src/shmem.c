@@ -34,6 +34,7 @@
 #include "storage/shmem.h"
 #include "storage/spin.h"
 #include "utils/hsearch.h"
+#include "utils/timestamp.h"
 
 #include "pgq.h"
 
@@ -53,6 +54,7 @@ typedef struct PgqGroupEntry
 	int64		hint;
 	uint64		gen;
 	int64		claimed;
+	TimestampTz last_full_scan; /* see pgq_full_scan_due() */
 } PgqGroupEntry;
 
 typedef struct PgqSharedState
@@ -198,6 +200,7 @@ entry_lock(const PgqGroupRef *group, bool create)
 		entry->hint = 0;
 		entry->gen = 0;
 		entry->claimed = 0;
+		entry->last_full_scan = 0;
 	}
 	LWLockRelease(pgq_state->lock);
 
@@ -361,8 +364,38 @@ pgq_advisory_locks_give(void)
 }
 
 /*
+ * Should a claim that came up short look below the hint, from the start of
+ * the group?  Blocks get there only when their holder let go without pgq
+ * knowing: a row lock on pgq.blocks taken by hand, or an advisory lock
+ * dropped by pg_advisory_unlock_all() or DISCARD ALL.  Look when no other
+ * session holds claims in the group (the usual end of a group), and
+ * otherwise at most once a second per group, so that consumers polling the
+ * end of a group do not each walk its dead entries.
+ */
+bool
+pgq_full_scan_due(const PgqGroupRef *group, int64 own)
+{
+	PgqGroupEntry *entry;
+	TimestampTz now;
+	bool		due;
+
+	if (pgq_no_claims_by_others(group, own))
+		return true;
+	entry = entry_lock(group, false);
+	if (entry == NULL)
+		return true;
+	now = GetCurrentTimestamp();
+	SpinLockAcquire(&entry->mutex);
+	due = now - entry->last_full_scan >= USECS_PER_SEC;
+	if (due)
+		entry->last_full_scan = now;
+	SpinLockRelease(&entry->mutex);
+	LWLockRelease(pgq_state->lock);
+	return due;
+}
+
+/*
  * Are all claims in flight on the group "own" ones (or is that unknown)?
- * Decides whether a claim that came up short looks below the hint.
  */
 bool
 pgq_no_claims_by_others(const PgqGroupRef *group, int64 own)

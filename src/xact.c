@@ -15,6 +15,9 @@
  * the group's blocks one by one, and a claim running meanwhile moves the hint
  * past the ones it has locked.
  *
+ * Whichever way a (sub)transaction with records ends, the waiting claims of
+ * the groups concerned are woken, once the outcome is visible.
+ *
  * The records live in TopTransactionContext and are appended in claim order.
  * The callbacks only read them: no allocation, no SPI and no error may happen
  * after commit.
@@ -42,7 +45,9 @@ typedef enum PgqRecordKind
 	PGQ_REC_CLAIM,				/* a transaction-mode claim, in the claimed count */
 	PGQ_REC_LEASE,				/* a lease-mode claim, counted by its row */
 	PGQ_REC_DROP,				/* pgq.drop_group() locked the group's blocks */
-	PGQ_REC_UNLOCK				/* an advisory block to unlock at commit */
+	PGQ_REC_UNLOCK,				/* an advisory block to unlock at commit */
+	PGQ_REC_WAKE,				/* the group's waiters to wake at commit */
+	PGQ_REC_ADVISORY			/* an advisory claim, given back on abort */
 } PgqRecordKind;
 
 typedef struct PgqClaimRecord
@@ -88,10 +93,11 @@ add_record(const PgqGroupRef *group, int64 block_id, PgqRecordKind kind)
 }
 
 /*
- * Make room for n more records, so that adding them cannot fail.
+ * Make room for n more records, so that adding them cannot fail: callers
+ * that take a lock before recording it reserve first.
  */
-static void
-reserve_records(int n)
+void
+pgq_xact_reserve(int n)
 {
 	int			newmax;
 
@@ -118,7 +124,7 @@ pgq_xact_remember(const PgqGroupRef *group, const ClaimedBlock *blocks, int n)
 {
 	if (n == 0)
 		return;
-	reserve_records(n);
+	pgq_xact_reserve(n);
 	for (int i = 0; i < n; i++)
 		add_record(group, blocks[i].block_id, PGQ_REC_CLAIM);
 	pgq_claimed_add(group, n);
@@ -134,7 +140,7 @@ pgq_xact_remember_lease(const PgqGroupRef *group, const ClaimedBlock *blocks,
 {
 	if (n == 0)
 		return;
-	reserve_records(n);
+	pgq_xact_reserve(n);
 	for (int i = 0; i < n; i++)
 		add_record(group, blocks[i].block_id, PGQ_REC_LEASE);
 }
@@ -146,7 +152,7 @@ pgq_xact_remember_lease(const PgqGroupRef *group, const ClaimedBlock *blocks,
 void
 pgq_xact_remember_drop(const PgqGroupRef *group)
 {
-	reserve_records(1);
+	pgq_xact_reserve(1);
 	add_record(group, 0, PGQ_REC_DROP);
 }
 
@@ -154,8 +160,28 @@ pgq_xact_remember_drop(const PgqGroupRef *group)
 void
 pgq_xact_unlock_at_commit(const PgqGroupRef *group, int64 block_id)
 {
-	reserve_records(1);
+	pgq_xact_reserve(1);
 	add_record(group, block_id, PGQ_REC_UNLOCK);
+}
+
+/*
+ * The current (sub)transaction took an advisory lock on block_id.  The lock
+ * outlives the transaction, but should the transaction abort, the claim is
+ * undone as in the other modes.
+ */
+void
+pgq_xact_remember_advisory(const PgqGroupRef *group, int64 block_id)
+{
+	pgq_xact_reserve(1);
+	add_record(group, block_id, PGQ_REC_ADVISORY);
+}
+
+/* Wake the group's waiting claims when this transaction ends. */
+void
+pgq_xact_wake_at_commit(const PgqGroupRef *group)
+{
+	pgq_xact_reserve(1);
+	add_record(group, PG_INT64_MAX, PGQ_REC_WAKE);
 }
 
 /* Will block_id be unlocked when this transaction commits? */
@@ -219,6 +245,8 @@ settle_claims(int first, bool undone)
 					break;
 				case PGQ_REC_DROP:
 					ndrops--;
+					if (!undone)
+						pgq_advisory_forget_group(group);
 					break;
 				case PGQ_REC_LEASE:
 					break;
@@ -226,11 +254,23 @@ settle_claims(int first, bool undone)
 					if (!undone)
 						pgq_advisory_unlock(claims[j].block_id);
 					continue;
+				case PGQ_REC_WAKE:
+					continue;
+				case PGQ_REC_ADVISORY:
+					if (undone)
+						pgq_advisory_undo_claim(claims[j].block_id);
+					continue;
 			}
 			lowest = Min(lowest, claims[j].block_id);
 		}
 		if (undone && lowest != PG_INT64_MAX)
 			pgq_hint_lower(group, lowest);
+
+		/*
+		 * Whatever ended may have made a block claimable, or the group
+		 * unable to yield another one: let its waiters look again.
+		 */
+		pgq_wake_group(group);
 		if (counted > 0)
 			pgq_claimed_add(group, -counted);
 		ncounted -= counted;

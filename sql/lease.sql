@@ -1,0 +1,193 @@
+-- Lease-mode claims: committed, with a deadline and an attempt number that
+-- every later call on the block must name.  Block ids are shown relative to
+-- the group's first block (:b0), so the output does not depend on them.
+SELECT pgq.create_group('l', 'SELECT g FROM generate_series(1, 10) g', 2,
+                        mode => 'lease', lease => '10 minutes',
+                        max_attempts => 3);
+SELECT mode, state, lease, max_attempts, total_blocks, pending, claimed, done, failed
+FROM pgq.group_stats WHERE group_name = 'l';
+SELECT min(block_id) AS b0 FROM pgq.blocks JOIN pgq.groups USING (group_id)
+WHERE group_name = 'l' \gset
+
+-- a claim outside a transaction block commits at once (asynchronously,
+-- without changing the session's setting); the first attempt is 1
+SELECT block_id - :b0 AS rel, attempt, ids, payload FROM pgq.claim('l');
+SHOW synchronous_commit;
+SELECT block_id - :b0 AS rel, state, attempt,
+       lease_until > now() + interval '9 minutes' AS leased_10_min
+FROM pgq.blocks WHERE block_id = :b0;
+SELECT pending, claimed, done, failed FROM pgq.group_stats WHERE group_name = 'l';
+
+-- complete needs the attempt the claim returned: a wrong one changes nothing
+SELECT pgq.complete(:b0, attempt => 2);
+SELECT pgq.complete(:b0, attempt => 0);
+SELECT block_id - :b0 AS rel, state, attempt FROM pgq.blocks WHERE block_id = :b0;
+SELECT pgq.complete(:b0, attempt => 1);
+SELECT count(*) AS left_behind FROM pgq.blocks WHERE block_id = :b0;
+SELECT pending, claimed, done, failed FROM pgq.group_stats WHERE group_name = 'l';
+-- a consumed block, and one that never existed: false for every call
+SELECT pgq.complete(:b0, attempt => 1) AS complete,
+       pgq.release(:b0, attempt => 1) AS release,
+       pgq.fail(:b0, 'x', attempt => 1) AS fail,
+       pgq.extend(:b0, '1 minute', attempt => 1) AS extend;
+SELECT pgq.complete(-1, attempt => 1) AS complete,
+       pgq.release(-1, attempt => 1) AS release,
+       pgq.fail(-1, 'x', attempt => 1) AS fail,
+       pgq.extend(-1, '1 minute', attempt => 1) AS extend;
+
+-- release gives the block back at once; the next claim counts attempt 2,
+-- and attempt 1 is no longer valid for anything
+SELECT block_id - :b0 AS rel, attempt FROM pgq.claim('l');
+SELECT pgq.release(:b0 + 1, attempt => 2);
+SELECT pgq.release(:b0 + 1, attempt => 1);
+SELECT pgq.release(:b0 + 1, attempt => 1);
+SELECT block_id - :b0 AS rel, state, attempt FROM pgq.blocks WHERE block_id = :b0 + 1;
+SELECT pending, claimed, done, failed FROM pgq.group_stats WHERE group_name = 'l';
+SELECT block_id - :b0 AS rel, attempt FROM pgq.claim('l');
+SELECT pgq.complete(:b0 + 1, attempt => 1) AS complete,
+       pgq.extend(:b0 + 1, '1 hour', attempt => 1) AS extend,
+       pgq.fail(:b0 + 1, 'stale', attempt => 1) AS fail,
+       pgq.release(:b0 + 1, attempt => 1) AS release;
+SELECT block_id - :b0 AS rel, state, attempt, last_error,
+       lease_until < now() + interval '11 minutes' AS not_extended
+FROM pgq.blocks WHERE block_id = :b0 + 1;
+
+-- extend moves the deadline to now() + lease, for the holder only
+SELECT lease_until AS before FROM pgq.blocks WHERE block_id = :b0 + 1 \gset
+SELECT pgq.extend(:b0 + 1, '2 hours', attempt => 2);
+SELECT lease_until > :'before'::timestamptz + interval '1 hour' AS moved_forward,
+       lease_until > now() + interval '119 minutes' AS about_2_hours
+FROM pgq.blocks WHERE block_id = :b0 + 1;
+SELECT pgq.extend(:b0 + 1, '1 minute', attempt => 3);
+SELECT lease_until > now() + interval '119 minutes' AS unchanged
+FROM pgq.blocks WHERE block_id = :b0 + 1;
+-- a shorter lease moves it back: extend sets now() + lease
+SELECT pgq.extend(:b0 + 1, '1 minute', attempt => 2);
+SELECT lease_until < now() + interval '2 minutes' AS one_minute
+FROM pgq.blocks WHERE block_id = :b0 + 1;
+SELECT pgq.complete(:b0 + 1, attempt => 2);
+
+-- fail with retry_after: state 'r', not claimable until then
+SELECT block_id - :b0 AS rel, attempt FROM pgq.claim('l');
+SELECT pgq.fail(:b0 + 2, 'try later', retry_after => '1 hour', attempt => 2);
+SELECT pgq.fail(:b0 + 2, 'try later', retry_after => '1 hour', attempt => 1);
+SELECT block_id - :b0 AS rel, state, attempt, last_error,
+       lease_until > now() + interval '59 minutes' AS retry_in_1_hour
+FROM pgq.blocks WHERE block_id = :b0 + 2;
+SELECT pgq.complete(:b0 + 2, attempt => 1);
+SELECT pending, claimed, done, failed FROM pgq.group_stats WHERE group_name = 'l';
+-- the next claim takes the next pending block, not the one waiting
+SELECT block_id - :b0 AS rel, attempt FROM pgq.claim('l');
+
+-- fail without retry_after: claimable again at once, with attempt 2
+SELECT pgq.fail(:b0 + 3, 'at once', attempt => 1);
+SELECT block_id - :b0 AS rel, state, attempt, last_error FROM pgq.blocks
+WHERE block_id = :b0 + 3;
+SELECT block_id - :b0 AS rel, attempt FROM pgq.claim('l');
+-- the retry's due time comes (simulated: no sleeping), and it is offered
+-- before pending blocks
+UPDATE pgq.blocks SET lease_until = now() - interval '1 second'
+WHERE block_id = :b0 + 2;
+SELECT block_id - :b0 AS rel, attempt, ids FROM pgq.claim('l', 3);
+
+-- block 3 fails again on attempt 2, is claimed for attempt 3, and fails
+-- on that last attempt: dead-lettered, with its error kept
+SELECT pgq.fail(:b0 + 3, 'again', attempt => 2);
+SELECT block_id - :b0 AS rel, attempt FROM pgq.claim('l');
+SELECT pgq.fail(:b0 + 3, 'for good', attempt => 3);
+SELECT block_id - :b0 AS rel, state, attempt, last_error, lease_until
+FROM pgq.blocks WHERE block_id = :b0 + 3;
+SELECT pending, claimed, done, failed FROM pgq.group_stats WHERE group_name = 'l';
+-- a dead-lettered block is not claimable, and nothing holds it any more
+SELECT pgq.complete(:b0 + 3, attempt => 3) AS complete,
+       pgq.release(:b0 + 3, attempt => 3) AS release,
+       pgq.fail(:b0 + 3, 'x', attempt => 3) AS fail,
+       pgq.extend(:b0 + 3, '1 minute', attempt => 3) AS extend;
+SELECT block_id - :b0 AS rel, state, attempt, last_error
+FROM pgq.blocks WHERE block_id = :b0 + 3;
+SELECT pgq.complete(:b0 + 2, attempt => 2);
+SELECT pgq.complete(:b0 + 4, attempt => 1);
+SELECT state, pending, claimed, done, failed, percent_done
+FROM pgq.group_stats WHERE group_name = 'l';
+SELECT count(*) FROM pgq.claim('l');
+
+-- Leases that run out.  Expiry is simulated by moving lease_until into the
+-- past, as time passing would.
+SELECT pgq.create_group('e', 'SELECT g FROM generate_series(1, 3) g', 1,
+                        mode => 'lease', lease => '1 hour', max_attempts => 2);
+SELECT min(block_id) AS e0 FROM pgq.blocks JOIN pgq.groups USING (group_id)
+WHERE group_name = 'e' \gset
+SELECT block_id - :e0 AS rel, attempt, ids FROM pgq.claim('e');
+UPDATE pgq.blocks SET lease_until = now() - interval '1 second'
+WHERE block_id = :e0;
+-- an expired lease counts as pending, not claimed
+SELECT pending, claimed, done, failed FROM pgq.group_stats WHERE group_name = 'e';
+-- while nobody took the block, its holder may still finish: complete is
+-- refused only once the block went to someone else
+SELECT pgq.extend(:e0, '1 hour', attempt => 1);
+SELECT pending, claimed FROM pgq.group_stats WHERE group_name = 'e';
+UPDATE pgq.blocks SET lease_until = now() - interval '1 second'
+WHERE block_id = :e0;
+-- the next claim re-offers it, with attempt 2
+SELECT block_id - :e0 AS rel, attempt, ids FROM pgq.claim('e');
+SELECT pgq.complete(:e0, attempt => 1) AS old_complete,
+       pgq.extend(:e0, '1 hour', attempt => 1) AS old_extend,
+       pgq.release(:e0, attempt => 1) AS old_release,
+       pgq.fail(:e0, 'late', attempt => 1) AS old_fail;
+SELECT block_id - :e0 AS rel, state, attempt, last_error FROM pgq.blocks
+WHERE block_id = :e0;
+-- the lease of the last attempt runs out: the next claim dead-letters the
+-- block ('lease expired') and goes on to the next one
+UPDATE pgq.blocks SET lease_until = now() - interval '1 second'
+WHERE block_id = :e0;
+SELECT block_id - :e0 AS rel, attempt, ids FROM pgq.claim('e');
+SELECT block_id - :e0 AS rel, state, attempt, last_error,
+       lease_until > now() AS leased
+FROM pgq.blocks WHERE group_id = (SELECT group_id FROM pgq.groups
+                                  WHERE group_name = 'e')
+ORDER BY block_id;
+SELECT pending, claimed, done, failed FROM pgq.group_stats WHERE group_name = 'e';
+SELECT pgq.complete(:e0, attempt => 2);
+
+-- A claim whose transaction rolls back leaves the block pending, claimable
+-- again with the same attempt number; one in a savepoint likewise.
+BEGIN;
+SELECT block_id - :e0 AS rel, attempt FROM pgq.claim('e');
+SELECT pending, claimed FROM pgq.group_stats WHERE group_name = 'e';
+ROLLBACK;
+SELECT block_id - :e0 AS rel, state, attempt FROM pgq.blocks WHERE block_id = :e0 + 2;
+SELECT pending, claimed FROM pgq.group_stats WHERE group_name = 'e';
+BEGIN;
+SAVEPOINT s;
+SELECT block_id - :e0 AS rel, attempt FROM pgq.claim('e');
+ROLLBACK TO SAVEPOINT s;
+SELECT block_id - :e0 AS rel, attempt FROM pgq.claim('e');
+-- claim, process and complete in one transaction
+SELECT pgq.complete(:e0 + 2, attempt => 1);
+COMMIT;
+SELECT pgq.complete(:e0 + 1, attempt => 1);
+SELECT block_id - :e0 AS rel, state, attempt, last_error FROM pgq.blocks
+WHERE group_id = (SELECT group_id FROM pgq.groups WHERE group_name = 'e');
+SELECT state, pending, claimed, done, failed FROM pgq.group_stats
+WHERE group_name = 'e';
+
+-- Claims need READ COMMITTED in lease mode too.
+SELECT pgq.create_group('r', 'SELECT 1', 1, mode => 'lease');
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT * FROM pgq.claim('r');
+ROLLBACK;
+
+-- Blocks of transaction-mode groups have no complete, release, fail or
+-- extend: COMMIT and ROLLBACK do that work.
+SELECT pgq.create_group('t', 'SELECT 1', 1);
+SELECT min(block_id) AS t0 FROM pgq.blocks JOIN pgq.groups USING (group_id)
+WHERE group_name = 't' \gset
+SELECT pgq.complete(:t0, attempt => 1);
+SELECT pgq.release(:t0, attempt => 1);
+SELECT pgq.fail(:t0, 'x', attempt => 1);
+SELECT pgq.extend(:t0, '1 minute', attempt => 1);
+SELECT pending, claimed, done FROM pgq.group_stats WHERE group_name = 't';
+
+SELECT pgq.drop_group('l'), pgq.drop_group('e'), pgq.drop_group('r'),
+       pgq.drop_group('t');
+SELECT count(*) AS blocks FROM pgq.blocks;

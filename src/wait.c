@@ -1,0 +1,180 @@
+/*-------------------------------------------------------------------------
+ *
+ * wait.c
+ *	  Claims that wait inside the server, and the wake-ups that end the wait.
+ *
+ * A waiting claim sleeps on one of a fixed array of condition variables in
+ * shared memory, chosen by hashing (database, group).  Whatever may have made
+ * a block of the group claimable, or the group unable to yield another one,
+ * broadcasts on it: the end of a transaction that claimed, completed,
+ * released, failed or dropped (from the transaction callbacks, once the
+ * change is visible), and an advisory release, at once.  The waiter then
+ * claims again with a fresh snapshot.  A recheck interval is the safety net
+ * for what no transaction announces: a lease running out, a retry coming
+ * due.  Broadcasting allocates nothing and cannot fail, as transaction
+ * callbacks require.
+ *
+ * Without shared memory (pgq not preloaded) a waiting claim polls.
+ *
+ * NOTIFY is for clients that LISTEN instead.  It takes a global lock at
+ * commit, so it is off unless pgq.notify is on.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "commands/async.h"
+#include "common/hashfn.h"
+#include "miscadmin.h"
+#include "storage/condition_variable.h"
+#include "storage/latch.h"
+#include "storage/shmem.h"
+#include "utils/guc.h"
+#include "utils/wait_event.h"
+
+#include "pgq.h"
+
+/*
+ * libpq/libpq.h declares this, but it includes the GSSAPI headers, which a
+ * server development install need not have.
+ */
+extern bool pq_check_connection(void);
+
+#define PGQ_WAKE_SLOTS		64
+
+/* Poll interval of waiting claims when pgq is not preloaded, in ms. */
+#define PGQ_POLL_MS			100
+
+static ConditionVariable *wake_slots = NULL;
+
+static int	pgq_wait_recheck_ms = 1000;
+static bool pgq_notify = false;
+
+/* Define the settings; called from _PG_init(). */
+void
+pgq_wait_init(void)
+{
+	DefineCustomIntVariable("pgq.wait_recheck_interval",
+							"How often a waiting claim looks again without being woken.",
+							"Wake-ups come at the commit that made work claimable; this catches leases that run out and retries that come due.",
+							&pgq_wait_recheck_ms,
+							1000, 1, 3600 * 1000,
+							PGC_USERSET, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+	DefineCustomBoolVariable("pgq.notify",
+							 "Send NOTIFY pgq, 'group name' when a transaction makes blocks of a group claimable.",
+							 "NOTIFY takes a cluster-wide lock at commit.",
+							 &pgq_notify,
+							 false,
+							 PGC_USERSET, 0,
+							 NULL, NULL, NULL);
+}
+
+Size
+pgq_wait_shmem_size(void)
+{
+	return mul_size(PGQ_WAKE_SLOTS, sizeof(ConditionVariable));
+}
+
+/* Attach to the condition variables; called with AddinShmemInitLock held. */
+void
+pgq_wait_shmem_init(void)
+{
+	bool		found;
+
+	wake_slots = ShmemInitStruct("pgq wake slots", pgq_wait_shmem_size(),
+								 &found);
+	if (!found)
+	{
+		for (int i = 0; i < PGQ_WAKE_SLOTS; i++)
+			ConditionVariableInit(&wake_slots[i]);
+	}
+}
+
+static ConditionVariable *
+slot_for(const PgqGroupRef *group)
+{
+	uint32		h = hash_combine(murmurhash32(group->dbid),
+								 murmurhash32((uint32) group->group_id ^
+											  (uint32) (group->group_id >> 32)));
+
+	return &wake_slots[h % PGQ_WAKE_SLOTS];
+}
+
+/*
+ * Wake the group's waiters.  Safe in transaction callbacks and at backend
+ * exit: it allocates nothing and cannot fail.
+ */
+void
+pgq_wake_group(const PgqGroupRef *group)
+{
+	if (wake_slots != NULL)
+		ConditionVariableBroadcast(slot_for(group));
+}
+
+/*
+ * Sleep until the group's waiters are woken, the recheck interval passes, or
+ * the deadline comes.  The first call only prepares to sleep and returns at
+ * once, so that the caller checks again before really sleeping: a wake-up
+ * between that check and the sleep is not lost.  Returns false once the
+ * deadline has passed.  The caller ends the wait with pgq_wait_done().
+ */
+bool
+pgq_wait_for_wakeup(const PgqGroupRef *group, TimestampTz deadline)
+{
+	static bool told = false;
+	TimestampTz now = GetCurrentTimestamp();
+	long		timeout_ms;
+
+	if (now >= deadline)
+		return false;
+	timeout_ms = (long) Min((deadline - now + 999) / 1000,
+							(int64) pgq_wait_recheck_ms);
+
+	if (wake_slots != NULL)
+		(void) ConditionVariableTimedSleep(slot_for(group), timeout_ms,
+										   PG_WAIT_EXTENSION);
+	else
+	{
+		if (!told)
+		{
+			ereport(LOG,
+					(errmsg("pgq is not in shared_preload_libraries: waiting claims poll every %d ms",
+							PGQ_POLL_MS)));
+			told = true;
+		}
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 Min(timeout_ms, PGQ_POLL_MS), PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+	CHECK_FOR_INTERRUPTS();
+
+	/* a client that went away does not need its claim any more */
+	if (MyProcPort != NULL && !pq_check_connection())
+	{
+		ClientConnectionLost = true;
+		InterruptPending = true;
+		CHECK_FOR_INTERRUPTS();
+	}
+	return true;
+}
+
+/* End a wait begun by pgq_wait_for_wakeup(). */
+void
+pgq_wait_done(void)
+{
+	if (wake_slots != NULL)
+		ConditionVariableCancelSleep();
+}
+
+/*
+ * Queue NOTIFY pgq, 'group name' for the end of the current transaction, if
+ * pgq.notify is on.  PostgreSQL sends one notification per channel and
+ * payload per transaction, however often this is called.
+ */
+void
+pgq_notify_group(const char *group_name)
+{
+	if (pgq_notify)
+		Async_Notify("pgq", group_name);
+}
