@@ -326,8 +326,7 @@ pgq_advisory_check_worker_held(int64 worker_id)
 /*
  * Check, with a fresh snapshot, that a block just locked is still claimable:
  * it may have been completed between the scan and the lock, and a retry must
- * have come due.  Returns the
- * stored attempt count and the ids, or false.
+ * have come due.  Fills *block, or returns false.
  */
 static bool
 verify_locked(const PgqGroup *group, int64 block_id, ClaimedBlock *block,
@@ -358,6 +357,30 @@ verify_locked(const PgqGroup *group, int64 block_id, ClaimedBlock *block,
 	if (SPI_processed == 0)
 		return false;
 	return pgq_claimed_from_spi(block, 3, cxt) == 1;
+}
+
+/*
+ * Lock a block, already counted against the limits, check that it is still
+ * claimable, and hold it.  False, with the count given back, if another
+ * session holds it or it is no longer claimable.  Should the transaction
+ * abort, the claim is undone.
+ */
+static bool
+take_block(const PgqGroup *group, int64 block_id, ClaimedBlock *block,
+		   MemoryContext cxt)
+{
+	if (try_lock(block_id, PGQ_LOCK_BLOCK))
+	{
+		if (verify_locked(group, block_id, block, cxt))
+		{
+			remember_held(&group->ref, block_id);
+			pgq_xact_remember_advisory(&group->ref, block_id);
+			return true;
+		}
+		unlock(block_id, PGQ_LOCK_BLOCK);
+	}
+	pgq_advisory_locks_give();
+	return false;
 }
 
 /*
@@ -421,20 +444,8 @@ lock_candidates(const PgqGroup *group, SPIPlanPtr plan, Datum *values,
 		if (!may_lock_more(n))
 			break;
 		*last = block_id;
-		if (!try_lock(block_id, PGQ_LOCK_BLOCK))
-		{
-			pgq_advisory_locks_give();
-			continue;
-		}
-		if (!verify_locked(group, block_id, &blocks[n], cxt))
-		{
-			unlock(block_id, PGQ_LOCK_BLOCK);
-			pgq_advisory_locks_give();
-			continue;
-		}
-		remember_held(&group->ref, block_id);
-		pgq_xact_remember_advisory(&group->ref, block_id);
-		n++;
+		if (take_block(group, block_id, &blocks[n], cxt))
+			n++;
 	}
 	SPI_freetuptable(candidates);
 	return n;
@@ -832,21 +843,11 @@ pgq_relock(PG_FUNCTION_ARGS)
 			regained[nregained++] = elems[i];
 			continue;
 		}
+		pgq_xact_reserve(1);
 		if (!may_lock_more(0))
 			continue;
-		if (!try_lock(block_id, PGQ_LOCK_BLOCK))
-		{
-			pgq_advisory_locks_give();
-			continue;
-		}
-		if (!verify_locked(&group, block_id, &block, CurrentMemoryContext))
-		{
-			unlock(block_id, PGQ_LOCK_BLOCK);
-			pgq_advisory_locks_give();
-			continue;
-		}
-		remember_held(&group.ref, block_id);
-		regained[nregained++] = elems[i];
+		if (take_block(&group, block_id, &block, CurrentMemoryContext))
+			regained[nregained++] = elems[i];
 	}
 	SPI_finish();
 
