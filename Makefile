@@ -13,12 +13,12 @@ PG_CONFIG ?= pg_config
 override PG_CFLAGS += -Wno-unused-parameter -Wno-missing-field-initializers
 
 # pg_regress: a throwaway instance with pgq preloaded
-REGRESS = create_group claim hint security bad_input lease advisory modes_bad_input reinstall
+REGRESS = create_group claim hint security bad_input lease advisory modes_bad_input notify reinstall
 REGRESS_OPTS = --temp-instance=tmp_check_regress \
 	--temp-config=$(srcdir)/test/pgq.conf --load-extension=pgq
 
 # isolation specs live under test/isolation
-ISOLATION = create_race claim_race claim_drop drop_abort advisory_race advisory_complete lease_expiry
+ISOLATION = create_race claim_race claim_drop drop_abort advisory_race advisory_complete lease_expiry wait_wakeup
 ISOLATION_OPTS = --temp-instance=tmp_check_iso \
 	--temp-config=$(srcdir)/test/pgq.conf --load-extension=pgq \
 	--inputdir=$(srcdir)/test/isolation \

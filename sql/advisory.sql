@@ -181,6 +181,27 @@ WHERE locktype = 'advisory' AND pid = pg_backend_pid()
 GROUP BY objsubid ORDER BY objsubid;
 
 SELECT pgq.drop_group('a'), pgq.drop_group('al'), pgq.drop_group('at');
+
+-- a transaction that claimed advisory blocks cannot be prepared: the lock
+-- would stay with this session, and the undo at rollback would be lost
+SELECT pgq.create_group('ap', 'SELECT g FROM generate_series(1, 4) g', 1,
+                        mode => 'advisory');
+BEGIN;
+SELECT count(*) FROM pgq.claim('ap', worker_id => :w3);
+PREPARE TRANSACTION 'advisory_claim';
+SELECT claimed, pending FROM pgq.group_stats WHERE group_name = 'ap';
+
+-- a held block that vanished (as when another session drops its group;
+-- here it is deleted by hand): complete says false and lets the lock go
+SELECT block_id AS held FROM pgq.claim('ap', worker_id => :w3) \gset
+BEGIN;
+DELETE FROM pgq.blocks WHERE block_id = :held;
+COMMIT;
+SELECT pgq.complete(:held, worker_id => :w3);
+SELECT count(*) AS lock_left FROM pg_locks
+WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND objsubid = 20561;
+SELECT pgq.drop_group('ap');
+
 -- the registry has no unregister call yet: clear this session's entries
 DELETE FROM pgq.worker_registry WHERE pid = pg_backend_pid();
 DROP FUNCTION try(text);

@@ -128,13 +128,37 @@ lock_held(int64 id, uint16 kind)
  * if this one already does: a session lock is re-entrant, and a block held
  * twice would be processed twice.
  */
+/*
+ * LockAcquire() without waiting.  It fails when the lock table is full; a
+ * block lock was counted against pgq.max_locks already, so give the count
+ * back before the error goes on.
+ */
+static LockAcquireResult
+acquire_counted(const LOCKTAG *tag, uint16 kind)
+{
+	LockAcquireResult result = LOCKACQUIRE_NOT_AVAIL;
+
+	PG_TRY();
+	{
+		result = LockAcquire(tag, ExclusiveLock, true, true);
+	}
+	PG_CATCH();
+	{
+		if (kind == PGQ_LOCK_BLOCK)
+			pgq_advisory_locks_give();
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	return result;
+}
+
 static bool
 try_lock(int64 id, uint16 kind)
 {
 	LOCKTAG		tag;
 
 	set_tag(&tag, id, kind);
-	switch (LockAcquire(&tag, ExclusiveLock, true, true))
+	switch (acquire_counted(&tag, kind))
 	{
 		case LOCKACQUIRE_OK:
 			return true;
@@ -217,10 +241,19 @@ release_all_at_exit(int code, Datum arg)
 		forget_held(nheld - 1, true);
 }
 
-/* Make room for one more held block before its lock is taken. */
+/*
+ * Make room for one more held block, and be ready to give blocks back at
+ * exit, before a lock is taken: nothing may fail between taking a lock and
+ * remembering it.
+ */
 static void
 reserve_held(void)
 {
+	if (!exit_callback_registered)
+	{
+		before_shmem_exit(release_all_at_exit, (Datum) 0);
+		exit_callback_registered = true;
+	}
 	if (nheld >= maxheld)
 	{
 		int			newmax = Max(16, maxheld * 2);
@@ -238,12 +271,7 @@ reserve_held(void)
 static void
 remember_held(const PgqGroupRef *group, int64 block_id)
 {
-	Assert(nheld < maxheld);
-	if (!exit_callback_registered)
-	{
-		before_shmem_exit(release_all_at_exit, (Datum) 0);
-		exit_callback_registered = true;
-	}
+	Assert(nheld < maxheld && exit_callback_registered);
 	held[nheld].block_id = block_id;
 	held[nheld].group = *group;
 	nheld++;
@@ -289,6 +317,20 @@ pgq_advisory_undo_claim(int64 block_id)
 
 	if (i >= 0)
 		forget_held(i, true);
+}
+
+/*
+ * A block this session may hold no longer exists (its group was dropped, or
+ * the extension re-created): let go of it.  Unless this transaction deleted
+ * it: then the lock must stay until the commit.
+ */
+void
+pgq_advisory_forget_block(int64 block_id)
+{
+	int			i = find_held(block_id);
+
+	if (i >= 0 && !pgq_xact_unlocking(block_id))
+		forget_held(i, false);
 }
 
 /*
@@ -354,8 +396,6 @@ verify_locked(const PgqGroup *group, int64 block_id, ClaimedBlock *block,
 	rc = SPI_execute_plan(plan, values, NULL, false, 1);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "could not read block: %s", SPI_result_code_string(rc));
-	if (SPI_processed == 0)
-		return false;
 	return pgq_claimed_from_spi(block, 3, cxt) == 1;
 }
 
@@ -369,17 +409,21 @@ static bool
 take_block(const PgqGroup *group, int64 block_id, ClaimedBlock *block,
 		   MemoryContext cxt)
 {
-	if (try_lock(block_id, PGQ_LOCK_BLOCK))
+	if (!try_lock(block_id, PGQ_LOCK_BLOCK))
 	{
-		if (verify_locked(group, block_id, block, cxt))
-		{
-			remember_held(&group->ref, block_id);
-			pgq_xact_remember_advisory(&group->ref, block_id);
-			return true;
-		}
-		unlock(block_id, PGQ_LOCK_BLOCK);
+		pgq_advisory_locks_give();
+		return false;
 	}
-	pgq_advisory_locks_give();
+
+	/*
+	 * Remember the lock before the check, which runs SQL and may fail: the
+	 * abort then gives the block back.  Room for both was reserved.
+	 */
+	remember_held(&group->ref, block_id);
+	pgq_xact_remember_advisory(&group->ref, block_id);
+	if (verify_locked(group, block_id, block, cxt))
+		return true;
+	forget_held(find_held(block_id), false);
 	return false;
 }
 
@@ -403,7 +447,7 @@ may_lock_more(int taken)
 	ereport(ERROR,
 			(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
 			 errmsg("cannot claim another advisory-mode block"),
-			 errdetail("The limit set by %s is reached: this session holds %d blocks.",
+			 errdetail("The limit set by %s is reached; this session holds %d advisory-mode blocks.",
 					   setting, nheld),
 			 errhint("Complete or release blocks first, or raise %s.", setting)));
 	pg_unreachable();
@@ -521,14 +565,6 @@ lock_due(const PgqGroup *group, int limit, ClaimedBlock *blocks,
 	return lock_candidates(group, plan, values, limit, blocks, cxt, &last);
 }
 
-static int
-compare_block_ids(const void *a, const void *b)
-{
-	int64		x = ((const ClaimedBlock *) a)->block_id;
-	int64		y = ((const ClaimedBlock *) b)->block_id;
-
-	return (x > y) - (x < y);
-}
 
 /* Blocks of the group that this session holds. */
 int64
@@ -576,13 +612,13 @@ pgq_advisory_claim(const PgqGroup *group, int max_blocks,
 
 			if (below > 0)
 			{
-				qsort(blocks + n, below, sizeof(ClaimedBlock), compare_block_ids);
+				qsort(blocks + n, below, sizeof(ClaimedBlock), pgq_compare_claimed);
 				pgq_hint_lower(&group->ref, blocks[n].block_id);
 			}
 			n += below;
 		}
 	}
-	qsort(blocks, n, sizeof(ClaimedBlock), compare_block_ids);
+	qsort(blocks, n, sizeof(ClaimedBlock), pgq_compare_claimed);
 	return n;
 }
 
@@ -675,10 +711,7 @@ pgq_advisory_fail(const PgqGroup *group, int64 block_id, text *error,
 	}
 	values[0] = Int64GetDatum(block_id);
 	values[1] = TimestampTzGetDatum(retry_after ?
-									DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
-																			TimestampTzGetDatum(now),
-																			IntervalPGetDatum(retry_after))) :
-									now);
+									pgq_time_after(now, retry_after) : now);
 	values[2] = PointerGetDatum(error);
 	if (error == NULL)
 		nulls[2] = 'n';
@@ -788,9 +821,9 @@ pgq_check_worker(PG_FUNCTION_ARGS)
 	PG_RETURN_BOOL(registered);
 }
 
-/* Find the advisory-mode group of a block that is still claimable. */
+/* Find the group of a block, if it is an advisory-mode one. */
 static bool
-lookup_claimable_block(int64 block_id, PgqGroup *group)
+lookup_advisory_block(int64 block_id, PgqGroup *group)
 {
 	return pgq_lookup_block(block_id, group) &&
 		group->mode == PGQ_MODE_ADVISORY;
@@ -816,6 +849,12 @@ pgq_relock(PG_FUNCTION_ARGS)
 	pgq_check_arg_not_null(fcinfo, 0, "block_ids");
 	pgq_check_arg_not_null(fcinfo, 1, "worker_id");
 	pgq_check_not_in_recovery("relock blocks");
+	if (XactIsoLevel != XACT_READ_COMMITTED)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
+				 errmsg("pgq.relock() requires the READ COMMITTED isolation level"),
+				 errdetail("An older snapshot could show a block that another worker has completed since."),
+				 errhint("Start the transaction with BEGIN ISOLATION LEVEL READ COMMITTED.")));
 	input = PG_GETARG_ARRAYTYPE_P(0);
 	pgq_advisory_check_worker_held(PG_GETARG_INT64(1));
 	deconstruct_array(input, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE,
@@ -836,7 +875,7 @@ pgq_relock(PG_FUNCTION_ARGS)
 			continue;
 		block_id = DatumGetInt64(elems[i]);
 		reserve_held();
-		if (!lookup_claimable_block(block_id, &group))
+		if (!lookup_advisory_block(block_id, &group))
 			continue;
 		if (holds_block(&group.ref, block_id))
 		{
@@ -844,8 +883,7 @@ pgq_relock(PG_FUNCTION_ARGS)
 			continue;
 		}
 		pgq_xact_reserve(1);
-		if (!may_lock_more(0))
-			continue;
+		(void) may_lock_more(0);	/* errors out at a limit */
 		if (take_block(&group, block_id, &block, CurrentMemoryContext))
 			regained[nregained++] = elems[i];
 	}

@@ -37,6 +37,8 @@ begin_block_op(FunctionCallInfo fcinfo, const char *what, PgqGroup *group)
 	if (pgq_lookup_block(PG_GETARG_INT64(0), group))
 		return true;
 	SPI_finish();
+	/* an advisory lock on a block that is gone is of no use any more */
+	pgq_advisory_forget_block(PG_GETARG_INT64(0));
 	return false;
 }
 
@@ -104,7 +106,8 @@ pgq_complete(PG_FUNCTION_ARGS)
 			refuse_mode("pgq.complete()", &group, TRANSACTION_MODE_HINT);
 			break;
 		case PGQ_MODE_LEASE:
-			done = pgq_lease_complete(block_id, required_attempt(fcinfo, 2));
+			done = pgq_lease_complete(&group, block_id,
+									  required_attempt(fcinfo, 2));
 			break;
 		case PGQ_MODE_ADVISORY:
 			require_worker(fcinfo, 3);

@@ -56,8 +56,9 @@ check_claim_context(PgqMode mode)
 				 errhint("Start the transaction with BEGIN ISOLATION LEVEL READ COMMITTED.")));
 }
 
-static int
-compare_claimed(const void *a, const void *b)
+/* qsort comparator: claimed blocks in block id order */
+int
+pgq_compare_claimed(const void *a, const void *b)
 {
 	int64		x = ((const ClaimedBlock *) a)->block_id;
 	int64		y = ((const ClaimedBlock *) b)->block_id;
@@ -68,7 +69,8 @@ compare_claimed(const void *a, const void *b)
 /*
  * Copy the blocks the last SPI statement returned, as columns block_id (1),
  * ids (2) and, if attempt_col is not 0, attempt, into blocks[] in cxt, in
- * block id order.  Returns how many.  The arrays are detoasted: they may be
+ * block id order, and free the statement's result (a waiting claim runs
+ * many).  Returns how many.  The arrays are detoasted: they may be
  * stored out of line, in rows the statement just deleted.
  */
 int
@@ -90,7 +92,8 @@ pgq_claimed_from_spi(ClaimedBlock *blocks, int attempt_col, MemoryContext cxt)
 			DatumGetInt32(SPI_getbinval(tuple, tupdesc, attempt_col, &isnull));
 	}
 	MemoryContextSwitchTo(oldcxt);
-	qsort(blocks, n, sizeof(ClaimedBlock), compare_claimed);
+	SPI_freetuptable(SPI_tuptable);
+	qsort(blocks, n, sizeof(ClaimedBlock), pgq_compare_claimed);
 	return n;
 }
 
@@ -167,13 +170,13 @@ transaction_claim(const PgqGroupRef *group, int max_blocks,
 		pgq_hint_advance(group, gen, blocks[first - 1].block_id + 1);
 
 	if (nblocks < max_blocks && hint > 0 &&
-		pgq_full_scan_due(group, pgq_xact_own_claims(group->group_id)) &&
+		pgq_full_scan_due(group, pgq_xact_own_in_flight(group->group_id)) &&
 		lock_and_delete(group, 0, max_blocks - nblocks, blocks, &nblocks,
 						resultcxt) > 0)
 	{
 		/* blocks were stranded below the hint: start there next time */
 		pgq_hint_lower(group, blocks[first].block_id);
-		qsort(blocks, nblocks, sizeof(ClaimedBlock), compare_claimed);
+		qsort(blocks, nblocks, sizeof(ClaimedBlock), pgq_compare_claimed);
 	}
 	return nblocks;
 }
@@ -185,13 +188,15 @@ wait_deadline(Interval *wait)
 	TimestampTz now = GetCurrentTimestamp();
 	TimestampTz deadline;
 
-	deadline = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
-													   TimestampTzGetDatum(now),
-													   IntervalPGetDatum(wait)));
+	deadline = pgq_time_after(now, wait);
 	if (deadline < now)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("wait must not be negative")));
+	if (TIMESTAMP_NOT_FINITE(deadline))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("wait must be finite")));
 	return deadline > now ? deadline : 0;
 }
 
@@ -211,6 +216,7 @@ group_exhausted(const PgqGroup *group)
 	uint64		gen;
 	int64		own = 0;
 	bool		isnull;
+	bool		exhausted;
 	int			rc;
 
 	if (plan == NULL)
@@ -229,12 +235,11 @@ group_exhausted(const PgqGroup *group)
 
 	if (!pgq_hint_get(&group->ref, &hint, &gen))
 		hint = 0;
-	if (group->mode == PGQ_MODE_TRANSACTION)
-		own = pgq_xact_own_claims(group->ref.group_id);
-	else if (group->mode == PGQ_MODE_ADVISORY)
+	if (group->mode == PGQ_MODE_ADVISORY)
 		own = pgq_advisory_held_in_group(&group->ref);
-	if (group->mode != PGQ_MODE_LEASE && hint > 0 &&
-		!pgq_no_claims_by_others(&group->ref, own))
+	else
+		own = pgq_xact_own_in_flight(group->ref.group_id);
+	if (hint > 0 && !pgq_no_claims_by_others(&group->ref, own))
 		return false;
 
 	values[0] = Int64GetDatum(group->ref.group_id);
@@ -242,8 +247,10 @@ group_exhausted(const PgqGroup *group)
 	rc = SPI_execute_plan(plan, values, NULL, false, 1);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "could not read blocks: %s", SPI_result_code_string(rc));
-	return !DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
-									   SPI_tuptable->tupdesc, 1, &isnull));
+	exhausted = !DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
+											SPI_tuptable->tupdesc, 1, &isnull));
+	SPI_freetuptable(SPI_tuptable);
+	return exhausted;
 }
 
 /*

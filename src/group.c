@@ -572,7 +572,8 @@ pgq_create_group(PG_FUNCTION_ARGS)
  *
  * Deleting the blocks waits for every transaction that holds one of them;
  * false if there was no such group.  Should the drop be undone, the blocks
- * it had locked become claimable again: the group's hint is reset then.
+ * it had locked become claimable again: the group's hint is reset then.  If
+ * it commits, the group's shared state goes.
  */
 Datum
 pgq_drop_group(PG_FUNCTION_ARGS)
@@ -617,7 +618,6 @@ pgq_drop_group(PG_FUNCTION_ARGS)
 	if (rc != SPI_OK_DELETE)
 		elog(ERROR, "could not delete blocks: %s", SPI_result_code_string(rc));
 
-	pgq_group_forget(MyDatabaseId, group.group_id);
 	SPI_finish();
 	PG_RETURN_BOOL(true);
 }

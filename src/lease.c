@@ -30,19 +30,12 @@
 
 #include "pgq.h"
 
-/* now() + interval, as the server computes it */
-static TimestampTz
-time_after(TimestampTz start, const Interval *span)
-{
-	return DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
-												   TimestampTzGetDatum(start),
-												   IntervalPGetDatum(span)));
-}
 
 /*
  * Keep the rows of the last SPI statement, (block_id, ids, attempt, state),
- * whose state is 'c': the blocks this claim got.  Others were dead-lettered.
- * Returns how many were kept; *dead gets how many were not.
+ * whose state is 'c': the blocks this claim got, in block id order.  Others
+ * were dead-lettered.  Returns how many were kept; *dead gets how many were
+ * not.
  */
 static int
 keep_claimed(ClaimedBlock *blocks, MemoryContext cxt, int *dead)
@@ -71,6 +64,8 @@ keep_claimed(ClaimedBlock *blocks, MemoryContext cxt, int *dead)
 		n++;
 	}
 	MemoryContextSwitchTo(oldcxt);
+	SPI_freetuptable(SPI_tuptable);
+	qsort(blocks, n, sizeof(ClaimedBlock), pgq_compare_claimed);
 	return n;
 }
 
@@ -177,14 +172,6 @@ claim_pending(const PgqGroup *group, int64 from, int limit,
 	return keep_claimed(blocks, cxt, &dead);
 }
 
-static int
-compare_block_ids(const void *a, const void *b)
-{
-	int64		x = ((const ClaimedBlock *) a)->block_id;
-	int64		y = ((const ClaimedBlock *) b)->block_id;
-
-	return (x > y) - (x < y);
-}
 
 /*
  * Claim up to max_blocks blocks of a lease-mode group: due ones first, then
@@ -197,47 +184,48 @@ pgq_lease_claim(const PgqGroup *group, int max_blocks, ClaimedBlock *blocks,
 				MemoryContext cxt)
 {
 	TimestampTz now = GetCurrentTimestamp();
-	TimestampTz until = time_after(now, &group->lease);
+	TimestampTz until = pgq_time_after(now, &group->lease);
 	int64		hint;
 	uint64		gen;
 	int			n;
-	int			from_hint;
+	int			got;
 
 	if (!IsTransactionBlock())
 		(void) set_config_option("synchronous_commit", "off",
 								 PGC_USERSET, PGC_S_SESSION,
 								 GUC_ACTION_LOCAL, true, 0, false);
 
+	/*
+	 * Each batch is remembered as soon as it is taken, so that an error in a
+	 * later step (a cancel during a long scan, say) lowers the hint for it.
+	 */
+	pgq_xact_reserve(max_blocks);
+
 	n = claim_due(group, max_blocks, now, until, blocks, cxt);
+	pgq_xact_remember_lease(&group->ref, blocks, n);
 	if (n < max_blocks)
 	{
 		(void) pgq_hint_get(&group->ref, &hint, &gen);
-		from_hint = claim_pending(group, hint, max_blocks - n, until,
-								  blocks + n, cxt);
-		if (from_hint > 0)
-		{
-			qsort(blocks + n, from_hint, sizeof(ClaimedBlock), compare_block_ids);
-			pgq_hint_advance(&group->ref, gen,
-							 blocks[n + from_hint - 1].block_id + 1);
-		}
-		n += from_hint;
-		if (n < max_blocks && hint > 0 && pgq_full_scan_due(&group->ref, 0))
-		{
-			int			below = claim_pending(group, 0, max_blocks - n, until,
-											  blocks + n, cxt);
+		got = claim_pending(group, hint, max_blocks - n, until, blocks + n, cxt);
+		pgq_xact_remember_lease(&group->ref, blocks + n, got);
+		if (got > 0)
+			pgq_hint_advance(&group->ref, gen, blocks[n + got - 1].block_id + 1);
+		n += got;
 
-			if (below > 0)
-			{
-				qsort(blocks + n, below, sizeof(ClaimedBlock), compare_block_ids);
+		/*
+		 * Committed leases are rows, not in the shared claimed count: look
+		 * below the hint only at the rate pgq_full_scan_due() allows.
+		 */
+		if (n < max_blocks && hint > 0 && pgq_full_scan_due(&group->ref, -1))
+		{
+			got = claim_pending(group, 0, max_blocks - n, until, blocks + n, cxt);
+			pgq_xact_remember_lease(&group->ref, blocks + n, got);
+			if (got > 0)
 				pgq_hint_lower(&group->ref, blocks[n].block_id);
-			}
-			n += below;
+			n += got;
 		}
 	}
-	qsort(blocks, n, sizeof(ClaimedBlock), compare_block_ids);
-
-	/* should this transaction roll back, the pending ones are pending again */
-	pgq_xact_remember_lease(&group->ref, blocks, n);
+	qsort(blocks, n, sizeof(ClaimedBlock), pgq_compare_claimed);
 	return n;
 }
 
@@ -263,17 +251,23 @@ change_held_block(SPIPlanPtr *plan, const char *sql, int nargs, Oid *argtypes,
 	"WHERE block_id " OP("=") " $1 AND state " OP("=") " 'c' " \
 	"AND attempt " OP("=") " $2"
 
-/* Consume a block held under "attempt". */
+/*
+ * Consume a block held under "attempt".  Waiters learn at commit whether the
+ * group can yield more.
+ */
 bool
-pgq_lease_complete(int64 block_id, int32 attempt)
+pgq_lease_complete(const PgqGroup *group, int64 block_id, int32 attempt)
 {
 	static SPIPlanPtr plan = NULL;
 	Oid			argtypes[2] = {INT8OID, INT4OID};
 	Datum		values[2] = {Int64GetDatum(block_id), Int32GetDatum(attempt)};
 
-	return change_held_block(&plan,
-							 "DELETE FROM pgq.blocks " HELD_BY_ATTEMPT,
-							 2, argtypes, values, SPI_OK_DELETE);
+	if (!change_held_block(&plan,
+						   "DELETE FROM pgq.blocks " HELD_BY_ATTEMPT,
+						   2, argtypes, values, SPI_OK_DELETE))
+		return false;
+	pgq_xact_wake_at_commit(&group->ref);
+	return true;
 }
 
 /*
@@ -316,7 +310,7 @@ pgq_lease_fail(const PgqGroup *group, int64 block_id, int32 attempt,
 
 	values[0] = Int64GetDatum(block_id);
 	values[1] = Int32GetDatum(attempt);
-	values[2] = TimestampTzGetDatum(retry_after ? time_after(now, retry_after) : now);
+	values[2] = TimestampTzGetDatum(retry_after ? pgq_time_after(now, retry_after) : now);
 	values[3] = PointerGetDatum(error);
 	if (error == NULL)
 		nulls[3] = 'n';
@@ -349,7 +343,7 @@ pgq_lease_extend(int64 block_id, int32 attempt, Interval *lease)
 	static SPIPlanPtr plan = NULL;
 	Oid			argtypes[3] = {INT8OID, INT4OID, TIMESTAMPTZOID};
 	Datum		values[3] = {Int64GetDatum(block_id), Int32GetDatum(attempt),
-	TimestampTzGetDatum(time_after(GetCurrentTimestamp(), lease))};
+	TimestampTzGetDatum(pgq_time_after(GetCurrentTimestamp(), lease))};
 
 	return change_held_block(&plan,
 							 "UPDATE pgq.blocks SET lease_until = $3 "

@@ -152,7 +152,9 @@ duration_within(const Interval *span, int64 least)
 {
 	int64		usecs;
 
-	if (span->month != 0 || span->day > 366 || span->day < -366)
+	/* with days bounded, the sum below cannot overflow */
+	if (span->month != 0 || span->day > 366 || span->day < -366 ||
+		span->time > 400 * USECS_PER_DAY || span->time < -400 * USECS_PER_DAY)
 		return false;
 	usecs = span->time + (int64) span->day * USECS_PER_DAY;
 	return usecs >= least && usecs <= 366 * USECS_PER_DAY;
@@ -182,6 +184,15 @@ pgq_check_retry_after(const Interval *retry_after)
 				 errdetail("The delay given is %s.",
 						   DatumGetCString(DirectFunctionCall1(interval_out,
 															   IntervalPGetDatum(retry_after))))));
+}
+
+/* start + span, as the server computes timestamptz + interval */
+TimestampTz
+pgq_time_after(TimestampTz start, const Interval *span)
+{
+	return DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+												   TimestampTzGetDatum(start),
+												   IntervalPGetDatum(span)));
 }
 
 /* Prepare a statement once per backend and keep it. */

@@ -57,11 +57,8 @@ typedef struct ClaimedBlock
 	Datum		ids;			/* bigint[] */
 } ClaimedBlock;
 
-/* Block states, as stored in pgq.blocks.state. */
-#define PGQ_BLOCK_PENDING	'p'
+/* pgq.blocks.state of a block claimed under a lease (see pgq--0.1.sql) */
 #define PGQ_BLOCK_CLAIMED	'c'
-#define PGQ_BLOCK_RETRY		'r'
-#define PGQ_BLOCK_FAILED	'f'
 
 /*
  * Internal SQL names every relation, function and operator with its schema,
@@ -82,7 +79,6 @@ extern void pgq_init_materialized_srf(FunctionCallInfo fcinfo);
 
 /* pgq.c */
 extern int	pgq_max_groups;
-extern bool pgq_shmem_ready(void);
 extern void pgq_check_name(text *name);
 extern void pgq_check_arg_not_null(FunctionCallInfo fcinfo, int argno,
 								   const char *argname);
@@ -92,19 +88,22 @@ extern void pgq_check_retry_after(const Interval *retry_after);
 extern PgqMode pgq_parse_mode(const char *mode);
 extern const char *pgq_mode_name(PgqMode mode);
 extern SPIPlanPtr pgq_keep_plan(const char *sql, int nargs, Oid *argtypes);
+extern TimestampTz pgq_time_after(TimestampTz start, const Interval *span);
 
 /* group.c */
 extern void pgq_lookup_group(text *name, PgqGroup *group);
 extern bool pgq_lookup_block(int64 block_id, PgqGroup *group);
 
 /* claim.c */
+extern int	pgq_compare_claimed(const void *a, const void *b);
 extern int	pgq_claimed_from_spi(ClaimedBlock *blocks, int attempt_col,
 								 MemoryContext cxt);
 
 /* lease.c */
 extern int	pgq_lease_claim(const PgqGroup *group, int max_blocks,
 							ClaimedBlock *blocks, MemoryContext cxt);
-extern bool pgq_lease_complete(int64 block_id, int32 attempt);
+extern bool pgq_lease_complete(const PgqGroup *group, int64 block_id,
+							   int32 attempt);
 extern bool pgq_lease_release(const PgqGroup *group, int64 block_id,
 							  int32 attempt);
 extern bool pgq_lease_fail(const PgqGroup *group, int64 block_id,
@@ -131,16 +130,18 @@ extern bool pgq_advisory_fail(const PgqGroup *group, int64 block_id,
 							  text *error, Interval *retry_after);
 extern void pgq_advisory_unlock(int64 block_id);
 extern void pgq_advisory_undo_claim(int64 block_id);
+extern void pgq_advisory_forget_block(int64 block_id);
 extern void pgq_advisory_forget_group(const PgqGroupRef *group);
 extern int64 pgq_advisory_held_in_group(const PgqGroupRef *group);
 
 /* shmem.c: per-group state shared by all backends */
+extern bool pgq_shmem_ready(void);
 extern Size pgq_shmem_size(void);
 extern void pgq_shmem_init(void);
 extern bool pgq_hint_get(const PgqGroupRef *group, int64 *hint, uint64 *gen);
 extern void pgq_hint_advance(const PgqGroupRef *group, uint64 gen, int64 next);
 extern void pgq_hint_lower(const PgqGroupRef *group, int64 block_id);
-extern void pgq_claimed_add(const PgqGroupRef *group, int64 delta);
+extern int64 pgq_claimed_add(const PgqGroupRef *group, int64 delta);
 extern bool pgq_claimed_get(const PgqGroupRef *group, int64 *claimed);
 extern void pgq_group_forget(Oid dbid, int64 group_id);
 extern bool pgq_no_claims_by_others(const PgqGroupRef *group, int64 own);
@@ -162,5 +163,6 @@ extern void pgq_xact_wake_at_commit(const PgqGroupRef *group);
 extern void pgq_xact_remember_advisory(const PgqGroupRef *group,
 									   int64 block_id);
 extern int64 pgq_xact_own_claims(int64 group_id);
+extern int64 pgq_xact_own_in_flight(int64 group_id);
 
 #endif							/* PGQ_H */

@@ -11,8 +11,9 @@
  *
  *	hint	no block with a smaller id is claimable, except blocks whose claim
  *			is later undone; an aborting claimer lowers the hint again
- *	gen		bumped by every lowering, so that a claim which read the hint
- *			before a lowering never raises it past the returned block
+ *	gen		changed by every lowering (to a value never used before), so that
+ *			a claim which read the hint before a lowering never raises it
+ *			past the returned block
  *	claimed	blocks claimed by transactions that have not ended yet
  *
  * The hash table holds at most pgq.max_groups entries.  When it is full, the
@@ -63,6 +64,9 @@ typedef struct PgqSharedState
 	LWLock	   *lock;			/* protects the hash table's structure */
 	bool		overflowed;		/* some group could not get an entry */
 	pg_atomic_uint32 advisory_locks;	/* block locks held by all sessions */
+	pg_atomic_uint64 gen_seed;	/* generations, unique across entries, so
+								 * that a claim that read an evicted entry
+								 * cannot match a new one */
 } PgqSharedState;
 
 static PgqSharedState *pgq_state = NULL;
@@ -94,6 +98,7 @@ pgq_shmem_init(void)
 		pgq_state->lock = &(GetNamedLWLockTranche("pgq"))->lock;
 		pgq_state->overflowed = false;
 		pg_atomic_init_u32(&pgq_state->advisory_locks, 0);
+		pg_atomic_init_u64(&pgq_state->gen_seed, 1);
 	}
 
 	memset(&info, 0, sizeof(info));
@@ -151,10 +156,11 @@ evict_idle_entry(void)
 }
 
 /*
- * Find the group's entry, with the table lock held in shared mode on success.
- * An entry left by an earlier incarnation of the same group id is treated as
- * missing.  With "create", a missing entry is made (briefly taking the lock
- * exclusively); NULL means there is no room, or no shared state at all.
+ * Find the group's entry, with the table lock held on success (in shared
+ * mode, or exclusively if the entry was just made).  An entry left by an
+ * earlier incarnation of the same group id is treated as missing.  With
+ * "create", a missing entry is made; NULL means there is no room, or no
+ * shared state at all.
  */
 static PgqGroupEntry *
 entry_lock(const PgqGroupRef *group, bool create)
@@ -198,23 +204,13 @@ entry_lock(const PgqGroupRef *group, bool create)
 		entry->created_at = group->created_at;
 		SpinLockInit(&entry->mutex);
 		entry->hint = 0;
-		entry->gen = 0;
+		/* never reuse a generation a stale claim might still hold */
+		entry->gen = pg_atomic_fetch_add_u64(&pgq_state->gen_seed, 1);
 		entry->claimed = 0;
 		entry->last_full_scan = 0;
 	}
-	LWLockRelease(pgq_state->lock);
 
-	/*
-	 * Go back to shared mode.  If the entry went away meanwhile (its group
-	 * was dropped, or it was evicted to make room), do without it.
-	 */
-	LWLockAcquire(pgq_state->lock, LW_SHARED);
-	entry = hash_search(pgq_groups, &key, HASH_FIND, NULL);
-	if (entry == NULL || entry->created_at != group->created_at)
-	{
-		LWLockRelease(pgq_state->lock);
-		return NULL;
-	}
+	/* returned with the lock held exclusively: the caller only releases it */
 	return entry;
 }
 
@@ -273,25 +269,37 @@ pgq_hint_lower(const PgqGroupRef *group, int64 block_id)
 	SpinLockAcquire(&entry->mutex);
 	if (entry->hint > block_id)
 		entry->hint = block_id;
-	entry->gen++;
+	entry->gen = pg_atomic_fetch_add_u64(&pgq_state->gen_seed, 1);
 	SpinLockRelease(&entry->mutex);
 	LWLockRelease(pgq_state->lock);
 }
 
-/* Count blocks taken (delta > 0) or given up at transaction end (delta < 0). */
-void
+/*
+ * Count blocks taken (delta > 0) or given up (delta < 0).  Returns the count
+ * now, or -1 if it is not kept.  A count that cannot be kept makes counts of
+ * groups without an entry unknown.
+ */
+int64
 pgq_claimed_add(const PgqGroupRef *group, int64 delta)
 {
-	PgqGroupEntry *entry = entry_lock(group, delta > 0);
+	PgqGroupEntry *entry;
+	int64		claimed;
 
+	if (!pgq_shmem_ready())
+		return -1;
+	entry = entry_lock(group, delta > 0);
 	if (entry == NULL)
-		return;
+	{
+		if (delta > 0)
+			pgq_state->overflowed = true;
+		return -1;
+	}
 	SpinLockAcquire(&entry->mutex);
-	entry->claimed += delta;
-	if (entry->claimed < 0)
-		entry->claimed = 0;
+	entry->claimed = Max(entry->claimed + delta, 0);
+	claimed = entry->claimed;
 	SpinLockRelease(&entry->mutex);
 	LWLockRelease(pgq_state->lock);
+	return claimed;
 }
 
 /*
@@ -370,7 +378,9 @@ pgq_advisory_locks_give(void)
  * dropped by pg_advisory_unlock_all() or DISCARD ALL.  Look when no other
  * session holds claims in the group (the usual end of a group), and
  * otherwise at most once a second per group, so that consumers polling the
- * end of a group do not each walk its dead entries.
+ * end of a group do not each walk its dead entries.  own < 0 means that the
+ * claimed count does not cover the mode's claims (lease mode: committed
+ * leases are rows): then only the rate applies.
  */
 bool
 pgq_full_scan_due(const PgqGroupRef *group, int64 own)
@@ -379,7 +389,7 @@ pgq_full_scan_due(const PgqGroupRef *group, int64 own)
 	TimestampTz now;
 	bool		due;
 
-	if (pgq_no_claims_by_others(group, own))
+	if (own >= 0 && pgq_no_claims_by_others(group, own))
 		return true;
 	entry = entry_lock(group, false);
 	if (entry == NULL)

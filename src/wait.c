@@ -45,6 +45,9 @@ extern bool pq_check_connection(void);
 /* Poll interval of waiting claims when pgq is not preloaded, in ms. */
 #define PGQ_POLL_MS			100
 
+/* How often a sleeping waiter checks that its client is still there, in ms. */
+#define PGQ_CLIENT_CHECK_MS	1000
+
 static ConditionVariable *wake_slots = NULL;
 
 static int	pgq_wait_recheck_ms = 1000;
@@ -112,9 +115,23 @@ pgq_wake_group(const PgqGroupRef *group)
 		ConditionVariableBroadcast(slot_for(group));
 }
 
+/* End the statement if the client went away: nobody needs its claim. */
+static void
+check_client(void)
+{
+	CHECK_FOR_INTERRUPTS();
+	if (MyProcPort != NULL && !pq_check_connection())
+	{
+		ClientConnectionLost = true;
+		InterruptPending = true;
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
 /*
  * Sleep until the group's waiters are woken, the recheck interval passes, or
- * the deadline comes.  The first call only prepares to sleep and returns at
+ * the deadline comes; in slices of at most a second, to notice a client
+ * that went away.  The first call only prepares to sleep and returns at
  * once, so that the caller checks again before really sleeping: a wake-up
  * between that check and the sleep is not lost.  Returns false once the
  * deadline has passed.  The caller ends the wait with pgq_wait_done().
@@ -124,17 +141,14 @@ pgq_wait_for_wakeup(const PgqGroupRef *group, TimestampTz deadline)
 {
 	static bool told = false;
 	TimestampTz now = GetCurrentTimestamp();
-	long		timeout_ms;
+	TimestampTz recheck_at;
 
 	if (now >= deadline)
 		return false;
-	timeout_ms = (long) Min((deadline - now + 999) / 1000,
-							(int64) pgq_wait_recheck_ms);
+	recheck_at = Min(deadline,
+					 TimestampTzPlusMilliseconds(now, pgq_wait_recheck_ms));
 
-	if (wake_slots != NULL)
-		(void) ConditionVariableTimedSleep(slot_for(group), timeout_ms,
-										   PG_WAIT_EXTENSION);
-	else
+	if (wake_slots == NULL)
 	{
 		if (!told)
 		{
@@ -144,19 +158,28 @@ pgq_wait_for_wakeup(const PgqGroupRef *group, TimestampTz deadline)
 			told = true;
 		}
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 Min(timeout_ms, PGQ_POLL_MS), PG_WAIT_EXTENSION);
+						 Min((recheck_at - now + 999) / 1000, PGQ_POLL_MS),
+						 PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
+		check_client();
+		return true;
 	}
-	CHECK_FOR_INTERRUPTS();
 
-	/* a client that went away does not need its claim any more */
-	if (MyProcPort != NULL && !pq_check_connection())
+	for (;;)
 	{
-		ClientConnectionLost = true;
-		InterruptPending = true;
-		CHECK_FOR_INTERRUPTS();
+		long		slice = (long) Min((recheck_at - now + 999) / 1000,
+									   (int64) PGQ_CLIENT_CHECK_MS);
+		bool		timed_out;
+
+		timed_out = ConditionVariableTimedSleep(slot_for(group), slice,
+												PG_WAIT_EXTENSION);
+		check_client();
+		if (!timed_out)
+			return true;
+		now = GetCurrentTimestamp();
+		if (now >= recheck_at)
+			return true;
 	}
-	return true;
 }
 
 /* End a wait begun by pgq_wait_for_wakeup(). */

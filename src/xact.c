@@ -15,8 +15,9 @@
  * the group's blocks one by one, and a claim running meanwhile moves the hint
  * past the ones it has locked.
  *
- * Whichever way a (sub)transaction with records ends, the waiting claims of
- * the groups concerned are woken, once the outcome is visible.
+ * Waiting claims of the groups concerned are woken once the outcome is
+ * visible: on abort, and on commits that released, completed, failed or
+ * dropped something, or that left no claim of the group in flight.
  *
  * The records live in TopTransactionContext and are appended in claim order.
  * The callbacks only read them: no allocation, no SPI and no error may happen
@@ -43,7 +44,8 @@
 typedef enum PgqRecordKind
 {
 	PGQ_REC_CLAIM,				/* a transaction-mode claim, in the claimed count */
-	PGQ_REC_LEASE,				/* a lease-mode claim, counted by its row */
+	PGQ_REC_LEASE,				/* a lease-mode claim, in the claimed count
+								 * until the transaction ends */
 	PGQ_REC_DROP,				/* pgq.drop_group() locked the group's blocks */
 	PGQ_REC_UNLOCK,				/* an advisory block to unlock at commit */
 	PGQ_REC_WAKE,				/* the group's waiters to wake at commit */
@@ -132,7 +134,9 @@ pgq_xact_remember(const PgqGroupRef *group, const ClaimedBlock *blocks, int n)
 
 /*
  * The current (sub)transaction just took these blocks of a lease-mode group.
- * Should it roll back, the ones that were pending are pending again.
+ * Should it roll back, the ones that were pending are pending again.  Until
+ * it ends they count as claimed in shared memory, so that others know a
+ * claim is in flight (group_stats counts committed leases from the table).
  */
 void
 pgq_xact_remember_lease(const PgqGroupRef *group, const ClaimedBlock *blocks,
@@ -143,6 +147,7 @@ pgq_xact_remember_lease(const PgqGroupRef *group, const ClaimedBlock *blocks,
 	pgq_xact_reserve(n);
 	for (int i = 0; i < n; i++)
 		add_record(group, blocks[i].block_id, PGQ_REC_LEASE);
+	pgq_claimed_add(group, n);
 }
 
 /*
@@ -196,6 +201,26 @@ pgq_xact_unlocking(int64 block_id)
 	return false;
 }
 
+/*
+ * Blocks of the group that this transaction claimed in transaction or lease
+ * mode and has not committed yet: its part of the shared claimed count.
+ */
+int64
+pgq_xact_own_in_flight(int64 group_id)
+{
+	int64		n = 0;
+
+	for (int i = 0; i < nclaims; i++)
+	{
+		if ((claims[i].kind == PGQ_REC_CLAIM ||
+			 claims[i].kind == PGQ_REC_LEASE) &&
+			claims[i].group.dbid == MyDatabaseId &&
+			claims[i].group.group_id == group_id)
+			n++;
+	}
+	return n;
+}
+
 /* Blocks of the group that this transaction claimed and still holds. */
 int64
 pgq_xact_own_claims(int64 group_id)
@@ -233,7 +258,10 @@ settle_claims(int first, bool undone)
 	{
 		const PgqGroupRef *group = &claims[i].group;
 		int64		lowest = PG_INT64_MAX;
-		int64		counted = 0;
+		int64		counted = 0;	/* in the shared claimed count */
+		int			claims_here = 0;	/* transaction-mode claims */
+		bool		wake = undone;
+		bool		dropped = false;
 		int			j = i;
 
 		for (; j < nclaims && same_group(group, &claims[j].group); j++)
@@ -242,19 +270,23 @@ settle_claims(int first, bool undone)
 			{
 				case PGQ_REC_CLAIM:
 					counted++;
+					claims_here++;
 					break;
 				case PGQ_REC_DROP:
 					ndrops--;
-					if (!undone)
-						pgq_advisory_forget_group(group);
+					dropped = !undone;
+					wake = true;
 					break;
 				case PGQ_REC_LEASE:
+					counted++;
 					break;
 				case PGQ_REC_UNLOCK:
 					if (!undone)
 						pgq_advisory_unlock(claims[j].block_id);
+					wake = true;
 					continue;
 				case PGQ_REC_WAKE:
+					wake = true;
 					continue;
 				case PGQ_REC_ADVISORY:
 					if (undone)
@@ -267,13 +299,25 @@ settle_claims(int first, bool undone)
 			pgq_hint_lower(group, lowest);
 
 		/*
-		 * Whatever ended may have made a block claimable, or the group
-		 * unable to yield another one: let its waiters look again.
+		 * A commit that leaves no claim in flight may have left the group
+		 * unable to yield another block: waiters must learn that too.
 		 */
-		pgq_wake_group(group);
-		if (counted > 0)
-			pgq_claimed_add(group, -counted);
-		ncounted -= counted;
+		if (counted > 0 && pgq_claimed_add(group, -counted) <= 0)
+			wake = true;
+		ncounted -= claims_here;
+		if (dropped)
+		{
+			pgq_advisory_forget_group(group);
+			pgq_group_forget(group->dbid, group->group_id);
+		}
+
+		/*
+		 * Whatever may have made a block claimable, or the group unable to
+		 * yield another one: let its waiters look again, now that the shared
+		 * state says so too.
+		 */
+		if (wake)
+			pgq_wake_group(group);
 		i = j;
 	}
 	nclaims = first;
@@ -299,6 +343,18 @@ pgq_xact_callback(XactEvent event, void *arg)
 						 errmsg("cannot PREPARE a transaction that dropped a pgq group"),
 						 errdetail("Rolling back a prepared drop would leave blocks that claims skip."),
 						 errhint("Commit or roll back the transaction instead.")));
+			for (int i = 0; i < nclaims; i++)
+			{
+				if (claims[i].kind != PGQ_REC_WAKE)
+					ereport(ERROR,
+							(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+							 errmsg("cannot PREPARE a transaction that claimed, completed or failed pgq blocks"),
+							 errdetail("What pgq does at the end of the transaction cannot be handed to a prepared transaction."),
+							 errhint("Commit or roll back the transaction instead.")));
+			}
+			/* keep the records: PREPARE may still fail, and then abort */
+			return;
+		case XACT_EVENT_PREPARE:
 			break;
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
