@@ -103,6 +103,7 @@ cluster_lock_limit(void)
 					 (MaxBackends + max_prepared_xacts) / 2);
 }
 
+/* The lock tag of a block or worker id, in pgq's key space. */
 static void
 set_tag(LOCKTAG *tag, int64 id, uint16 kind)
 {
@@ -110,6 +111,7 @@ set_tag(LOCKTAG *tag, int64 id, uint16 kind)
 						 (uint32) id, kind);
 }
 
+/* Does this session hold the lock (as the lock manager sees it)? */
 static bool
 lock_held(int64 id, uint16 kind)
 {
@@ -171,6 +173,7 @@ try_lock(int64 id, uint16 kind)
 	}
 }
 
+/* Release one count of a session lock this session holds. */
 static void
 unlock(int64 id, uint16 kind)
 {
@@ -180,6 +183,7 @@ unlock(int64 id, uint16 kind)
 	LockRelease(&tag, ExclusiveLock, true);
 }
 
+/* Index of block_id in the held list, or -1. */
 static int
 find_held(int64 block_id)
 {

@@ -35,6 +35,7 @@
 PG_FUNCTION_INFO_V1(pgq_create_group);
 PG_FUNCTION_INFO_V1(pgq_drop_group);
 
+/* Does the query, or any query in it, lock rows (FOR UPDATE and the like)? */
 static bool
 has_row_marks_walker(Node *node, void *context)
 {
@@ -115,6 +116,7 @@ enter_read_only(void)
 	return nestlevel;
 }
 
+/* Undo enter_read_only(). */
 static void
 leave_read_only(int nestlevel)
 {

@@ -49,6 +49,7 @@ pgq_shmem_request(void)
 	RequestNamedLWLockTranche("pgq", 1);
 }
 
+/* Create or attach to pgq's shared memory (PostgreSQL calls this once). */
 static void
 pgq_shmem_startup(void)
 {
@@ -60,6 +61,10 @@ pgq_shmem_startup(void)
 	LWLockRelease(AddinShmemInitLock);
 }
 
+/*
+ * Module load: in the postmaster when preloaded, else in each backend that
+ * first calls a pgq function.
+ */
 void
 _PG_init(void)
 {
@@ -252,6 +257,7 @@ pgq_init_materialized_srf(FunctionCallInfo fcinfo)
 }
 #endif
 
+/* The name of a claim mode, as stored and as users write it. */
 const char *
 pgq_mode_name(PgqMode mode)
 {

@@ -115,6 +115,7 @@ pgq_shmem_ready(void)
 	return pgq_state != NULL && pgq_state->version == PGQ_SHMEM_VERSION;
 }
 
+/* Build the hash key of a group. */
 static void
 make_key(PgqGroupKey *key, Oid dbid, int64 group_id)
 {

@@ -73,6 +73,7 @@ pgq_wait_init(void)
 							 NULL, NULL, NULL);
 }
 
+/* Size of the condition variables, for the shmem request. */
 Size
 pgq_wait_shmem_size(void)
 {
@@ -94,6 +95,7 @@ pgq_wait_shmem_init(void)
 	}
 }
 
+/* The condition variable that the group's waiters sleep on. */
 static ConditionVariable *
 slot_for(const PgqGroupRef *group)
 {

@@ -237,6 +237,7 @@ pgq_xact_own_claims(int64 group_id)
 	return n;
 }
 
+/* Do two records name the same incarnation of a group? */
 static bool
 same_group(const PgqGroupRef *a, const PgqGroupRef *b)
 {
@@ -323,6 +324,10 @@ settle_claims(int first, bool undone)
 	nclaims = first;
 }
 
+/*
+ * At the end of the top-level transaction: settle every record, or refuse
+ * PREPARE while there is pgq work to do at the end.
+ */
 static void
 pgq_xact_callback(XactEvent event, void *arg)
 {
@@ -376,6 +381,10 @@ pgq_xact_callback(XactEvent event, void *arg)
 	ndrops = 0;
 }
 
+/*
+ * At the end of a subtransaction: its records go to the parent on commit,
+ * and are settled as undone on abort.
+ */
 static void
 pgq_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 					 SubTransactionId parentSubid, void *arg)
