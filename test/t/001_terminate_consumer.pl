@@ -30,14 +30,8 @@ setup_tables($node);
 my $n_ids = 20000;
 my $block_size = 250;
 my $n_blocks = $n_ids / $block_size;
-$node->safe_psql('postgres',
-	"CREATE TABLE src AS SELECT 5000000000 + 3 * g AS id FROM generate_series(1, $n_ids) g"
-);
-my $query = 'SELECT id FROM src ORDER BY md5(id::text)';
-is( $node->safe_psql(
-		'postgres', "SELECT pgq.create_group('g', '$query', $block_size)"),
-	't',
-	'group created');
+my $query =
+  create_src_group($node, 'g', '5000000000 + 3 * g', $n_ids, $block_size);
 is_deeply(
 	group_stats($node, 'g'),
 	{

@@ -32,14 +32,7 @@ setup_tables($node);
 my $n_ids = 20000;
 my $block_size = 250;
 my $n_blocks = $n_ids / $block_size;
-$node->safe_psql('postgres',
-	"CREATE TABLE src AS SELECT 7 * g AS id FROM generate_series(1, $n_ids) g"
-);
-my $query = 'SELECT id FROM src ORDER BY md5(id::text)';
-is( $node->safe_psql(
-		'postgres', "SELECT pgq.create_group('g', '$query', $block_size)"),
-	't',
-	'group created');
+my $query = create_src_group($node, 'g', '7 * g', $n_ids, $block_size);
 
 my @consumers = map { new_session($node, "consumer$_") } 1 .. 3;
 my $r = run_consumers('g', \@consumers, until => sub { $_[0] >= 20 });
@@ -50,14 +43,7 @@ note "$done blocks consumed before the crash";
 # --- every consumer claims a block, then waits to insert its ids:
 # a SHARE lock on "processed" holds the inserts back, with the claims made
 my $blocker = new_session($node, 'blocker');
-$blocker->query_ok('BEGIN; LOCK TABLE processed IN SHARE MODE;');
-$_->send(consume_sql('g')) for @consumers;
-my $pids = join(',', map { $_->pid } @consumers);
-ok( wait_until(
-		$blocker, qq{
-	SELECT count(*) = 3 FROM pg_locks
-	WHERE relation = 'processed'::regclass AND NOT granted
-	  AND pid IN ($pids);}, 't', @consumers),
+ok(hold_claims($blocker, 'g', @consumers),
 	'three consumers hold a claim and wait to insert');
 
 is_deeply(
@@ -65,9 +51,7 @@ is_deeply(
 	[ 'ready', $n_blocks - $done - 3, 3, $done ],
 	'before the crash: 3 blocks claimed by open transactions');
 # the claimed rows are deleted by transactions still in progress
-my @held = split /\n/, $node->safe_psql(
-	'postgres', q{
-	SELECT block_id FROM pgq.blocks WHERE xmax <> '0' ORDER BY block_id});
+my @held = held_blocks($node);
 is(scalar @held, 3, 'three blocks are held: ' . join(', ', @held));
 my $processed_before = $node->safe_psql('postgres',
 	'SELECT count(*) FROM processed');
@@ -101,11 +85,7 @@ is_deeply(
 is( $node->safe_psql('postgres', 'SELECT count(*) FROM processed'),
 	$processed_before, 'committed consumption survived the crash');
 check_consistent($node, 'g', 'after the restart');
-is( $node->safe_psql(
-		'postgres',
-		'SELECT count(*) FROM pgq.blocks WHERE block_id IN ('
-		  . join(',', @held) . ')'),
-	3,
+is(blocks_left($node, @held), 3,
 	'the blocks held at the crash are back');
 
 # --- the consumers reconnect and drain the group

@@ -31,14 +31,7 @@ setup_tables($node);
 my $n_ids = 20000;
 my $block_size = 200;
 my $n_blocks = $n_ids / $block_size;
-$node->safe_psql('postgres',
-	"CREATE TABLE src AS SELECT 11 * g AS id FROM generate_series(1, $n_ids) g"
-);
-my $query = 'SELECT id FROM src ORDER BY md5(id::text)';
-is( $node->safe_psql(
-		'postgres', "SELECT pgq.create_group('g', '$query', $block_size)"),
-	't',
-	'group created');
+my $query = create_src_group($node, 'g', '11 * g', $n_ids, $block_size);
 
 # --- stop 1: three consumers hold a claim each
 my @consumers = map { new_session($node, "consumer$_") } 1 .. 3;
@@ -46,22 +39,13 @@ my $r = run_consumers('g', \@consumers, until => sub { $_[0] >= 20 });
 is_deeply($r->{errors}, [], 'before stop 1: no consumer error');
 
 my $blocker = new_session($node, 'blocker');
-$blocker->query_ok('BEGIN; LOCK TABLE processed IN SHARE MODE;');
-$_->send(consume_sql('g')) for @consumers;
-my $pids = join(',', map { $_->pid } @consumers);
-ok( wait_until(
-		$blocker, qq{
-	SELECT count(*) = 3 FROM pg_locks
-	WHERE relation = 'processed'::regclass AND NOT granted
-	  AND pid IN ($pids);}, 't', @consumers),
+ok(hold_claims($blocker, 'g', @consumers),
 	'three consumers hold a claim and wait to insert');
 
 my $st = group_stats($node, 'g');
 is($st->{claimed}, 3, 'before stop 1: 3 blocks claimed');
 my $done = $st->{done};
-my @held = split /\n/, $node->safe_psql(
-	'postgres', q{
-	SELECT block_id FROM pgq.blocks WHERE xmax <> '0' ORDER BY block_id});
+my @held = held_blocks($node);
 is(scalar @held, 3, 'blocks held at stop 1: ' . join(', ', @held));
 my $processed_before = $node->safe_psql('postgres',
 	'SELECT count(*) FROM processed');
@@ -82,11 +66,7 @@ is_deeply(
 my $processed_after = check_consistent($node, 'g', 'after stop 1');
 is($processed_after, $processed_before,
 	'after stop 1: the ids processed before the stop, and no others');
-is( $node->safe_psql(
-		'postgres',
-		'SELECT count(*) FROM pgq.blocks WHERE block_id IN ('
-		  . join(',', @held) . ')'),
-	3,
+is(blocks_left($node, @held), 3,
 	'the blocks held at stop 1 are back');
 
 # --- stop 2: while consumers are committing

@@ -10,9 +10,14 @@
 # block, and a completion that returns false is rolled back.
 use strict;
 use warnings;
+
+use FindBin;
+use lib $FindBin::RealBin;
+
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use PgqAdvisory;
 
 my $node = PostgreSQL::Test::Cluster->new('advkill');
 $node->init;
@@ -21,71 +26,9 @@ $node->start;
 
 # 200 ids, 20 blocks of 10
 my $n_ids = 200;
-my $n_blocks = 20;
-$node->safe_psql('postgres', q{
-	CREATE EXTENSION pgq;
-	CREATE TABLE processed (id bigint, block_id bigint);
-	SELECT pgq.create_group('g', 'SELECT g FROM generate_series(1, 200) g', 10,
-	                        mode => 'advisory');
-});
+my $n_blocks = setup_advisory_group($node, $n_ids, 10);
 
-my %ids_of;    # block id -> ids, as the claims returned them
-
-# Claim up to $n blocks as worker $w; returns the block ids.
-sub claim
-{
-	my ($s, $w, $n) = @_;
-	my @blocks;
-	for my $line (split /\n/, $s->query_safe(
-		"SELECT block_id, ids FROM pgq.claim('g', max_blocks => $n, worker_id => $w)"))
-	{
-		my ($block, $ids) = split /\|/, $line;
-		$ids_of{$block} = $ids;
-		push @blocks, $block;
-	}
-	return @blocks;
-}
-
-# Process one held block exactly once: record its ids and complete it in one
-# transaction; if pgq.complete() says the block is not ours, roll back.
-sub process
-{
-	my ($s, $w, $block) = @_;
-	$s->query_safe('BEGIN');
-	$s->query_safe(
-		"INSERT INTO processed SELECT unnest('$ids_of{$block}'::bigint[]), $block");
-	my $ok = $s->query_safe("SELECT pgq.complete($block, worker_id => $w)");
-	$s->query_safe($ok eq 't' ? 'COMMIT' : 'ROLLBACK');
-	return $ok eq 't';
-}
-
-# Process the blocks held, then claim and process until nothing is left.
-sub drain
-{
-	my ($s, $w, @todo) = @_;
-	my ($done, $refused, $rounds) = (0, 0, 0);
-	while (@todo)
-	{
-		process($s, $w, $_) ? $done++ : $refused++ for @todo;
-		die 'the group does not drain' if ++$rounds > $n_blocks;
-		@todo = claim($s, $w, 4);
-	}
-	return ($done, $refused);
-}
-
-sub stats
-{
-	return $node->safe_psql('postgres',
-		"SELECT state, pending, claimed, done FROM pgq.group_stats WHERE group_name = 'g'");
-}
-
-sub workers
-{
-	return $node->safe_psql('postgres',
-		'SELECT worker_name, alive, blocks_held FROM pgq.workers ORDER BY worker_id');
-}
-
-is(stats(), "ready|$n_blocks|0|0", 'group ready, all blocks pending');
+is(stats($node), "ready|$n_blocks|0|0", 'group ready, all blocks pending');
 
 # --- worker A registers and claims 3 blocks
 my $sa = $node->background_psql('postgres');
@@ -96,8 +39,7 @@ my @a_blocks = claim($sa, $wa, 3);
 is(scalar @a_blocks, 3, "A claimed 3 blocks: @a_blocks");
 
 # --- worker B registers and claims 3 others, writing nothing
-my $sb = $node->background_psql('postgres');
-my $wb = $sb->query_safe("SELECT pgq.register_worker('B')");
+my ($sb, $wb) = worker_session($node, 'B');
 $sb->query_safe('BEGIN');
 my @b_blocks = claim($sb, $wb, 3);
 is($sb->query_safe('SELECT pg_current_xact_id_if_assigned() IS NULL'),
@@ -107,8 +49,8 @@ is(scalar @b_blocks, 3, "B claimed 3 blocks: @b_blocks");
 my %a_set = map { $_ => 1 } @a_blocks;
 is(scalar(grep { $a_set{$_} } @b_blocks), 0, "B's blocks are not A's");
 
-is(stats(), 'ready|14|6|0', 'group_stats: 6 claimed, 14 pending');
-is(workers(), "A|t|3\nB|t|3", 'pgq.workers: A and B alive, 3 blocks each');
+is(stats($node), 'ready|14|6|0', 'group_stats: 6 claimed, 14 pending');
+is(workers($node), "A|t|3\nB|t|3", 'pgq.workers: A and B alive, 3 blocks each');
 is($sa->query_safe("SELECT pgq.check_worker($wa)"), 't',
 	'check_worker is true in the session that registered');
 is($sb->query_safe("SELECT pgq.check_worker($wa)"), 'f',
@@ -125,9 +67,9 @@ $node->poll_query_until('postgres', qq{
   or die "backend $a_pid did not exit";
 $sa->quit;
 
-is(stats(), 'ready|17|3|0',
+is(stats($node), 'ready|17|3|0',
 	"group_stats: A's 3 blocks are no longer claimed but pending again");
-is(workers(), "A|f|0\nB|t|3",
+is(workers($node), "A|f|0\nB|t|3",
 	'pgq.workers: A is still registered but not alive; B still alive');
 is($sb->query_safe("SELECT pgq.check_worker($wb)"), 't',
 	'B is still registered and holds its placeholder');
@@ -135,19 +77,16 @@ is($sb->query_safe("SELECT pgq.check_worker($wb)"), 't',
 # --- B picks up exactly the blocks A held
 my @b_more = claim($sb, $wb, 3);
 is("@b_more", "@a_blocks", "B's next claim of 3 returns exactly A's blocks");
-is(stats(), 'ready|14|6|0', 'group_stats: 6 claimed again');
-is(workers(), "A|f|0\nB|t|6", 'pgq.workers: B holds 6 blocks');
+is(stats($node), 'ready|14|6|0', 'group_stats: 6 claimed again');
+is(workers($node), "A|f|0\nB|t|6", 'pgq.workers: B holds 6 blocks');
 
 # --- drain the group with B, exactly once
-my ($done, $refused) = drain($sb, $wb, @b_blocks, @b_more);
+my ($done, $refused) = drain($sb, $wb, 4, @b_blocks, @b_more);
 note "B completed $done blocks, $refused completions refused and rolled back";
 is($done, $n_blocks, "B completed all $n_blocks blocks");
 is($refused, 0, 'no completion was refused');
-is($node->safe_psql('postgres',
-		'SELECT count(*), count(DISTINCT id), min(id), max(id) FROM processed'),
-	"$n_ids|$n_ids|1|$n_ids", 'every id processed exactly once');
-is(stats(), "drained|0|0|$n_blocks", 'the group is drained');
-is(workers(), "A|f|0\nB|t|0", 'B holds no block after the drain');
+check_drained($node, $n_ids, $n_blocks);
+is(workers($node), "A|f|0\nB|t|0", 'B holds no block after the drain');
 $sb->quit;
 
 done_testing();

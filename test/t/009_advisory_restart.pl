@@ -15,9 +15,14 @@
 # - Every id is processed exactly once in the end.
 use strict;
 use warnings;
+
+use FindBin;
+use lib $FindBin::RealBin;
+
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use PgqAdvisory;
 
 my $node = PostgreSQL::Test::Cluster->new('advrestart');
 $node->init;
@@ -26,58 +31,9 @@ $node->start;
 
 # 200 ids, 20 blocks of 10
 my $n_ids = 200;
-my $n_blocks = 20;
-$node->safe_psql('postgres', q{
-	CREATE EXTENSION pgq;
-	CREATE TABLE processed (id bigint, block_id bigint);
-	SELECT pgq.create_group('g', 'SELECT g FROM generate_series(1, 200) g', 10,
-	                        mode => 'advisory');
-});
+my $n_blocks = setup_advisory_group($node, $n_ids, 10);
 
-my %ids_of;    # block id -> ids, as the claims returned them
-
-# Claim up to $n blocks as worker $w; returns the block ids.
-sub claim
-{
-	my ($s, $w, $n) = @_;
-	my @blocks;
-	for my $line (split /\n/, $s->query_safe(
-		"SELECT block_id, ids FROM pgq.claim('g', max_blocks => $n, worker_id => $w)"))
-	{
-		my ($block, $ids) = split /\|/, $line;
-		$ids_of{$block} = $ids;
-		push @blocks, $block;
-	}
-	return @blocks;
-}
-
-# Process one held block exactly once: record its ids and complete it in one
-# transaction; if pgq.complete() says the block is not ours, roll back.
-sub process
-{
-	my ($s, $w, $block) = @_;
-	$s->query_safe('BEGIN');
-	$s->query_safe(
-		"INSERT INTO processed SELECT unnest('$ids_of{$block}'::bigint[]), $block");
-	my $ok = $s->query_safe("SELECT pgq.complete($block, worker_id => $w)");
-	$s->query_safe($ok eq 't' ? 'COMMIT' : 'ROLLBACK');
-	return $ok eq 't';
-}
-
-# Process the blocks held, then claim and process until nothing is left.
-sub drain
-{
-	my ($s, $w, @todo) = @_;
-	my ($done, $refused, $rounds) = (0, 0, 0);
-	while (@todo)
-	{
-		process($s, $w, $_) ? $done++ : $refused++ for @todo;
-		die 'the group does not drain' if ++$rounds > $n_blocks;
-		@todo = claim($s, $w, 4);
-	}
-	return ($done, $refused);
-}
-
+# Relock @blocks as worker $w; returns the block ids regained.
 sub relock
 {
 	my ($s, $w, @blocks) = @_;
@@ -87,40 +43,22 @@ sub relock
 	return split /,/, $got;
 }
 
-# A statement that must fail: returns "SQLSTATE: message".
-sub error_of
-{
-	my ($sql) = @_;
-	my ($ret, $out, $err) =
-	  $node->psql('postgres', "\\set VERBOSITY verbose\n$sql");
-	return $err =~ /ERROR:  ([0-9A-Z]{5}): (.*)/ ? "$1: $2" : "no error: $out";
-}
-
-sub stats
-{
-	return $node->safe_psql('postgres',
-		"SELECT state, pending, claimed, done FROM pgq.group_stats WHERE group_name = 'g'");
-}
-
 # --- two workers hold blocks; W1 consumed one (committed), W2 has completed
 # one in a transaction that is still open when the server crashes
-my $s1 = $node->background_psql('postgres');
-my $w1 = $s1->query_safe("SELECT pgq.register_worker('w1')");
+my ($s1, $w1) = worker_session($node, 'w1');
 my @w1_claimed = claim($s1, $w1, 4);
 ok(process($s1, $w1, $w1_claimed[0]), "W1 consumed block $w1_claimed[0]");
 my @w1_held = @w1_claimed[ 1 .. 3 ];
 
-my $s2 = $node->background_psql('postgres');
-my $w2 = $s2->query_safe("SELECT pgq.register_worker('w2')");
+my ($s2, $w2) = worker_session($node, 'w2');
 my @w2_held = claim($s2, $w2, 2);
 $s2->query_safe('BEGIN');
-$s2->query_safe(
-	"INSERT INTO processed SELECT unnest('$ids_of{$w2_held[0]}'::bigint[]), $w2_held[0]");
+record_ids($s2, $w2_held[0]);
 is($s2->query_safe("SELECT pgq.complete($w2_held[0], worker_id => $w2)"),
 	't', "W2 completed block $w2_held[0], not committed yet");
 note "workers $w1 and $w2 hold blocks @w1_held and @w2_held";
 
-is(stats(), 'ready|14|5|1', 'before the crash: 5 blocks claimed, 1 done');
+is(stats($node), 'ready|14|5|1', 'before the crash: 5 blocks claimed, 1 done');
 is($node->safe_psql('postgres',
 		'SELECT count(*) FROM pgq.workers WHERE alive'),
 	'2', 'both workers alive');
@@ -137,22 +75,20 @@ is($node->safe_psql('postgres', 'SELECT count(*) FROM pgq.worker_registry'),
 is($node->safe_psql('postgres',
 		"SELECT pgq.check_worker($w1), pgq.check_worker($w2)"),
 	'f|f', 'check_worker of the old ids is false in a new session');
-like(error_of("SELECT * FROM pgq.claim('g', worker_id => $w1)"),
-	qr/^55000: worker $w1 is not registered in this session$/,
+like(error_of($node, "SELECT * FROM pgq.claim('g', worker_id => $w1)"),
+	not_registered($w1),
 	'claiming with an old id fails with 55000');
-like(error_of("SELECT pgq.complete($w1_held[0], worker_id => $w1)"),
-	qr/^55000: worker $w1 is not registered in this session$/,
+like(error_of($node, "SELECT pgq.complete($w1_held[0], worker_id => $w1)"),
+	not_registered($w1),
 	'completing with an old id fails with 55000');
-is(stats(), 'ready|19|0|1',
+is(stats($node), 'ready|19|0|1',
 	'after the crash: nothing claimed, the uncommitted completion undone');
 is($node->safe_psql('postgres', 'SELECT count(*) FROM processed'),
 	'10', 'only the committed block is recorded as processed');
 
 # --- new workers take the old blocks back
-my $n1s = $node->background_psql('postgres');
-my $n1 = $n1s->query_safe("SELECT pgq.register_worker('n1')");
-my $n2s = $node->background_psql('postgres');
-my $n2 = $n2s->query_safe("SELECT pgq.register_worker('n2')");
+my ($n1s, $n1) = worker_session($node, 'n1');
+my ($n2s, $n2) = worker_session($node, 'n2');
 cmp_ok($n1, '>', $w2, "new worker ids ($n1, $n2) do not repeat old ones");
 cmp_ok($n2, '>', $n1, 'and keep increasing');
 
@@ -165,10 +101,8 @@ is(join(',', relock($n2s, $n2, @w1_held)), '',
 	'relock of blocks that n1 holds regains nothing');
 is(join(',', relock($n1s, $n1, $w1_claimed[0])), '',
 	'relock of a consumed block regains nothing');
-is(stats(), 'ready|14|5|1', 'after relock: 5 blocks claimed again');
-is($node->safe_psql('postgres',
-		'SELECT worker_name, alive, blocks_held FROM pgq.workers ORDER BY worker_id'),
-	"n1|t|3\nn2|t|2", 'pgq.workers: n1 and n2 alive with the old blocks');
+is(stats($node), 'ready|14|5|1', 'after relock: 5 blocks claimed again');
+is(workers($node), "n1|t|3\nn2|t|2", 'pgq.workers: n1 and n2 alive with the old blocks');
 
 # --- clean restart
 note 'restarting the server cleanly (fast mode)';
@@ -185,28 +119,24 @@ is($node->safe_psql('postgres',
 is($node->safe_psql('postgres',
 		'SELECT string_agg(alive::text || \'/\' || blocks_held, \',\') FROM pgq.workers'),
 	'false/0,false/0', 'pgq.workers shows them not alive');
-like(error_of("SELECT * FROM pgq.claim('g', worker_id => $n1)"),
-	qr/^55000: worker $n1 is not registered in this session$/,
+like(error_of($node, "SELECT * FROM pgq.claim('g', worker_id => $n1)"),
+	not_registered($n1),
 	'claiming with an id from before the clean restart fails with 55000');
-is(stats(), 'ready|19|0|1', 'after the clean restart: nothing claimed');
+is(stats($node), 'ready|19|0|1', 'after the clean restart: nothing claimed');
 
-my $ms = $node->background_psql('postgres');
-my $m = $ms->query_safe("SELECT pgq.register_worker('m')");
+my ($ms, $m) = worker_session($node, 'm');
 cmp_ok($m, '>', $n2, "new worker id $m after the clean restart");
 my @held = sort { $a <=> $b } (@w1_held, @w2_held);
 is(join(',', relock($ms, $m, @held)), join(',', @held),
 	"relock regains all held blocks @held");
-is(stats(), 'ready|14|5|1', 'after relock: 5 blocks claimed again');
+is(stats($node), 'ready|14|5|1', 'after relock: 5 blocks claimed again');
 
 # --- drain, exactly once
-my ($done, $refused) = drain($ms, $m, @held);
+my ($done, $refused) = drain($ms, $m, 4, @held);
 note "m completed $done blocks, $refused completions refused and rolled back";
 is($done, $n_blocks - 1, 'm completed every block not consumed before');
 is($refused, 0, 'no completion was refused');
-is($node->safe_psql('postgres',
-		'SELECT count(*), count(DISTINCT id), min(id), max(id) FROM processed'),
-	"$n_ids|$n_ids|1|$n_ids", 'every id processed exactly once');
-is(stats(), "drained|0|0|$n_blocks", 'the group is drained');
+check_drained($node, $n_ids, $n_blocks);
 $ms->quit;
 
 done_testing();

@@ -13,9 +13,14 @@
 # - every id is processed exactly once in the end.
 use strict;
 use warnings;
+
+use FindBin;
+use lib $FindBin::RealBin;
+
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use PgqAdvisory;
 
 my $primary = PostgreSQL::Test::Cluster->new('primary');
 $primary->init(allows_streaming => 1);
@@ -24,13 +29,7 @@ $primary->start;
 
 # 200 ids, 40 blocks of 5
 my $n_ids = 200;
-my $n_blocks = 40;
-$primary->safe_psql('postgres', q{
-	CREATE EXTENSION pgq;
-	CREATE TABLE processed (id bigint, block_id bigint);
-	SELECT pgq.create_group('g', 'SELECT g FROM generate_series(1, 200) g', 5,
-	                        mode => 'advisory');
-});
+my $n_blocks = setup_advisory_group($primary, $n_ids, 5);
 
 $primary->backup('b');
 my $standby = PostgreSQL::Test::Cluster->new('standby');
@@ -38,72 +37,10 @@ $standby->init_from_backup($primary, 'b', has_streaming => 1);
 $standby->append_conf('postgresql.conf', "shared_preload_libraries = 'pgq'");
 $standby->start;
 
-my %ids_of;    # block id -> ids, as the claims returned them
-
-# Claim up to $n blocks as worker $w; returns the block ids.
-sub claim
-{
-	my ($s, $w, $n) = @_;
-	my @blocks;
-	for my $line (split /\n/, $s->query_safe(
-		"SELECT block_id, ids FROM pgq.claim('g', max_blocks => $n, worker_id => $w)"))
-	{
-		my ($block, $ids) = split /\|/, $line;
-		$ids_of{$block} = $ids;
-		push @blocks, $block;
-	}
-	return @blocks;
-}
-
-# Process one held block exactly once: record its ids and complete it in one
-# transaction; if pgq.complete() says the block is not ours, roll back.
-sub process
-{
-	my ($s, $w, $block) = @_;
-	$s->query_safe('BEGIN');
-	$s->query_safe(
-		"INSERT INTO processed SELECT unnest('$ids_of{$block}'::bigint[]), $block");
-	my $ok = $s->query_safe("SELECT pgq.complete($block, worker_id => $w)");
-	$s->query_safe($ok eq 't' ? 'COMMIT' : 'ROLLBACK');
-	return $ok eq 't';
-}
-
-# Process the blocks held, then claim and process until nothing is left.
-sub drain
-{
-	my ($s, $w, @todo) = @_;
-	my ($done, $refused, $rounds) = (0, 0, 0);
-	while (@todo)
-	{
-		process($s, $w, $_) ? $done++ : $refused++ for @todo;
-		die 'the group does not drain' if ++$rounds > $n_blocks;
-		@todo = claim($s, $w, 8);
-	}
-	return ($done, $refused);
-}
-
-# A statement that must fail: returns "SQLSTATE: message".
-sub error_of
-{
-	my ($node, $sql) = @_;
-	my ($ret, $out, $err) =
-	  $node->psql('postgres', "\\set VERBOSITY verbose\n$sql");
-	return $err =~ /ERROR:  ([0-9A-Z]{5}): (.*)/ ? "$1: $2" : "no error: $out";
-}
-
-sub stats
-{
-	my ($node) = @_;
-	return $node->safe_psql('postgres',
-		"SELECT state, pending, claimed, done FROM pgq.group_stats WHERE group_name = 'g'");
-}
-
 # --- two workers on the primary hold 15 blocks each; W1 consumes one
-my $s1 = $primary->background_psql('postgres');
-my $w1 = $s1->query_safe("SELECT pgq.register_worker('w1')");
+my ($s1, $w1) = worker_session($primary, 'w1');
 my @w1_claimed = claim($s1, $w1, 15);
-my $s2 = $primary->background_psql('postgres');
-my $w2 = $s2->query_safe("SELECT pgq.register_worker('w2')");
+my ($s2, $w2) = worker_session($primary, 'w2');
 my @w2_claimed = claim($s2, $w2, 15);
 is(scalar(@w1_claimed) . '+' . scalar(@w2_claimed), '15+15',
 	'each worker on the primary claimed 15 blocks');
@@ -154,18 +91,16 @@ is($standby->safe_psql('postgres',
 	'f|f', 'check_worker of the old ids is false on the new primary');
 like(error_of($standby,
 		"SELECT * FROM pgq.claim('g', max_blocks => 1, worker_id => $w1)"),
-	qr/^55000: worker $w1 is not registered in this session$/,
+	not_registered($w1),
 	'claiming with an old id fails with 55000 on the new primary');
 is(stats($standby), "ready|39|0|1", 'new primary: nothing claimed');
 
 # --- two new workers relock every block claimed on the old primary, at the
 # same moment: a third session holds pgq.groups locked while both start,
 # and both wait on it (seen in pg_locks) before it lets go
-my $n1s = $standby->background_psql('postgres');
-my $n1 = $n1s->query_safe("SELECT pgq.register_worker('n1')");
+my ($n1s, $n1) = worker_session($standby, 'n1');
 my $n1_pid = $n1s->query_safe('SELECT pg_backend_pid()');
-my $n2s = $standby->background_psql('postgres');
-my $n2 = $n2s->query_safe("SELECT pgq.register_worker('n2')");
+my ($n2s, $n2) = worker_session($standby, 'n2');
 my $n2_pid = $n2s->query_safe('SELECT pg_backend_pid()');
 cmp_ok($n1, '>', $w2, "new worker ids ($n1, $n2) do not repeat old ones");
 
@@ -185,6 +120,7 @@ $standby->poll_query_until('postgres', qq{
   or die 'the relocks did not wait for the gate';
 $gate->query_safe('COMMIT');
 
+# The block ids regained by the relock that was sent to session $s.
 sub relock_result
 {
 	my ($s) = @_;
@@ -205,23 +141,19 @@ is(join(',', grep { $count{$_} > 1 } sort { $a <=> $b } keys %count), '',
 	'no block was regained by both');
 ok(!$count{$consumed}, "block $consumed, consumed before the failover, was not regained");
 is(stats($standby), "ready|10|29|1", 'new primary: 29 blocks claimed again');
-is($standby->safe_psql('postgres',
-		'SELECT worker_name, alive, blocks_held FROM pgq.workers ORDER BY worker_id'),
+is(workers($standby),
 	"n1|t|" . scalar(@got1) . "\nn2|t|" . scalar(@got2),
 	'pgq.workers shows each new worker with its share');
 $gate->quit;
 
 # --- drain, exactly once
-my ($done1, $refused1) = drain($n1s, $n1, @got1);
-my ($done2, $refused2) = drain($n2s, $n2, @got2);
+my ($done1, $refused1) = drain($n1s, $n1, 8, @got1);
+my ($done2, $refused2) = drain($n2s, $n2, 8, @got2);
 note "n1 completed $done1 blocks, n2 $done2; "
   . ($refused1 + $refused2) . ' completions refused and rolled back';
 is($done1 + $done2, $n_blocks - 1, 'the new workers completed every block left');
 is($refused1 + $refused2, 0, 'no completion was refused');
-is($standby->safe_psql('postgres',
-		'SELECT count(*), count(DISTINCT id), min(id), max(id) FROM processed'),
-	"$n_ids|$n_ids|1|$n_ids", 'every id processed exactly once across the failover');
-is(stats($standby), "drained|0|0|$n_blocks", 'the group is drained');
+check_drained($standby, $n_ids, $n_blocks, 'across the failover');
 $n1s->quit;
 $n2s->quit;
 

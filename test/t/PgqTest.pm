@@ -16,7 +16,8 @@ use Time::HiRes qw(usleep);
 use PostgreSQL::Test::Utils;
 
 our @EXPORT = qw(
-  new_session setup_tables group_stats consume_sql run_consumers
+  new_session setup_tables create_src_group group_stats consume_sql
+  run_consumers hold_claims held_blocks blocks_left
   wait_until wait_for_sessions_dead check_consistent check_exactly_once
 );
 
@@ -216,6 +217,24 @@ sub setup_tables
 	return;
 }
 
+# A table "src" of $n_ids ids (the values of $id_expr for g from 1 to $n_ids)
+# and the group $group of them, in a scrambled order, in blocks of
+# $block_size; checks that the group was created.  Returns the group's query.
+sub create_src_group
+{
+	my ($node, $group, $id_expr, $n_ids, $block_size) = @_;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	$node->safe_psql('postgres',
+		"CREATE TABLE src AS SELECT $id_expr AS id FROM generate_series(1, $n_ids) g"
+	);
+	my $query = 'SELECT id FROM src ORDER BY md5(id::text)';
+	is( $node->safe_psql(
+			'postgres', "SELECT pgq.create_group('$group', '$query', $block_size)"),
+		't',
+		'group created');
+	return $query;
+}
+
 # One row of pgq.group_stats, as a hash (NULL as undef).
 sub group_stats
 {
@@ -341,6 +360,45 @@ sub run_consumers
 	  . " blocks ("
 	  . join(', ', map { "$_: $per{$_}" } sort keys %per) . ")";
 	return { claims => \@claims, errors => \@errors };
+}
+
+# Make each consumer claim a block and then wait to insert its ids: the
+# $blocker session takes a SHARE lock on "processed" in a transaction that it
+# leaves open, and each consumer starts a consume_sql() step.  True once all
+# of them wait on that lock, each with its claim made; false after
+# $PostgreSQL::Test::Utils::timeout_default seconds.
+sub hold_claims
+{
+	my ($blocker, $group, @consumers) = @_;
+	$blocker->query_ok('BEGIN; LOCK TABLE processed IN SHARE MODE;');
+	$_->send(consume_sql($group)) for @consumers;
+	my $n = scalar @consumers;
+	my $pids = join(',', map { $_->pid } @consumers);
+	return wait_until(
+		$blocker, qq{
+	SELECT count(*) = $n FROM pg_locks
+	WHERE relation = 'processed'::regclass AND NOT granted
+	  AND pid IN ($pids);}, 't', @consumers);
+}
+
+# Ids of the blocks whose rows in pgq.blocks have an xmax: while claims are
+# held, the blocks deleted by the claiming transactions still in progress.
+sub held_blocks
+{
+	my ($node) = @_;
+	return split /\n/, $node->safe_psql(
+		'postgres', q{
+	SELECT block_id FROM pgq.blocks WHERE xmax <> '0' ORDER BY block_id});
+}
+
+# How many of @blocks are still (or again) in pgq.blocks.
+sub blocks_left
+{
+	my ($node, @blocks) = @_;
+	return $node->safe_psql(
+		'postgres',
+		'SELECT count(*) FROM pgq.blocks WHERE block_id IN ('
+		  . join(',', @blocks) . ')');
 }
 
 # Run $sql in the $observer session until it returns $expected, keeping the
