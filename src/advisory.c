@@ -731,6 +731,32 @@ pgq_advisory_fail(const PgqGroup *group, int64 block_id, text *error,
 }
 
 /*
+ * Delete registrations whose session is gone (or lost its locks): they stay
+ * behind otherwise.  Inside SPI.  Reads pg_locks, so it runs when a worker
+ * registers and in maintenance passes, never per claim.
+ */
+void
+pgq_forget_dead_workers(void)
+{
+	Oid			argtypes[1] = {OIDOID};
+	Datum		values[1];
+	int			rc;
+
+	values[0] = ObjectIdGetDatum(MyDatabaseId);
+	rc = SPI_execute_with_args("DELETE FROM pgq.worker_registry w "
+							   "WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_locks l "
+							   "WHERE l.locktype " OP("=") " 'advisory' AND l.granted "
+							   "AND l.database " OP("=") " $1 "
+							   "AND l.objsubid " OP("=") " " CppAsString2(PGQ_LOCK_WORKER) " "
+							   "AND l.pid " OP("=") " w.pid "
+							   "AND (l.classid::pg_catalog.int8 " OP("<<") " 32 "
+							   OP("|") " l.objid::pg_catalog.int8) " OP("=") " w.worker_id)",
+							   1, argtypes, values, NULL, false, 0);
+	if (rc != SPI_OK_DELETE)
+		elog(ERROR, "could not clean up workers: %s", SPI_result_code_string(rc));
+}
+
+/*
  * pgq.register_worker(worker_name) -> bigint
  *
  * Register this session as an advisory-mode worker, and take the worker's
@@ -741,7 +767,6 @@ Datum
 pgq_register_worker(PG_FUNCTION_ARGS)
 {
 	Oid			argtypes[2] = {TEXTOID, INT4OID};
-	Oid			cleanup_types[1] = {OIDOID};
 	Datum		values[2];
 	char		nulls[2] = {' ', ' '};
 	int64		worker_id;
@@ -753,23 +778,7 @@ pgq_register_worker(PG_FUNCTION_ARGS)
 
 	SPI_connect();
 
-	/*
-	 * Registrations whose session is gone (or lost its locks) stay behind;
-	 * clear them out now, while registering is rare and pg_locks is cheap
-	 * enough.
-	 */
-	values[0] = ObjectIdGetDatum(MyDatabaseId);
-	rc = SPI_execute_with_args("DELETE FROM pgq.worker_registry w "
-							   "WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_locks l "
-							   "WHERE l.locktype " OP("=") " 'advisory' AND l.granted "
-							   "AND l.database " OP("=") " $1 "
-							   "AND l.objsubid " OP("=") " " CppAsString2(PGQ_LOCK_WORKER) " "
-							   "AND l.pid " OP("=") " w.pid "
-							   "AND (l.classid::pg_catalog.int8 " OP("<<") " 32 "
-							   OP("|") " l.objid::pg_catalog.int8) " OP("=") " w.worker_id)",
-							   1, cleanup_types, values, NULL, false, 0);
-	if (rc != SPI_OK_DELETE)
-		elog(ERROR, "could not clean up workers: %s", SPI_result_code_string(rc));
+	pgq_forget_dead_workers();
 
 	if (PG_ARGISNULL(0))
 		nulls[0] = 'n';

@@ -91,6 +91,8 @@ _PG_init(void)
 #endif
 		prev_shmem_startup_hook = shmem_startup_hook;
 		shmem_startup_hook = pgq_shmem_startup;
+
+		pgq_worker_init();
 	}
 
 #if PG_VERSION_NUM >= 150000

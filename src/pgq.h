@@ -131,6 +131,10 @@ extern bool pgq_advisory_fail(const PgqGroup *group, int64 block_id,
 extern void pgq_advisory_unlock(int64 block_id);
 extern void pgq_advisory_undo_claim(int64 block_id);
 extern void pgq_advisory_forget_block(int64 block_id);
+extern void pgq_forget_dead_workers(void);
+
+/* worker.c */
+extern void pgq_worker_init(void);
 extern void pgq_advisory_forget_group(const PgqGroupRef *group);
 extern int64 pgq_advisory_held_in_group(const PgqGroupRef *group);
 

@@ -26,7 +26,10 @@ use PgqAdvisory;
 
 my $node = PostgreSQL::Test::Cluster->new('advrestart');
 $node->init;
-$node->append_conf('postgresql.conf', "shared_preload_libraries = 'pgq'");
+# no maintenance passes: they would clear out the dead registrations that
+# this test looks at
+$node->append_conf('postgresql.conf',
+	"shared_preload_libraries = 'pgq'\npgq.maintenance_interval = 0");
 $node->start;
 
 # 200 ids, 20 blocks of 10

@@ -24,7 +24,10 @@ use PgqAdvisory;
 
 my $primary = PostgreSQL::Test::Cluster->new('primary');
 $primary->init(allows_streaming => 1);
-$primary->append_conf('postgresql.conf', "shared_preload_libraries = 'pgq'");
+# no maintenance passes: they would clear out the dead registrations that
+# this test looks at
+$primary->append_conf('postgresql.conf',
+	"shared_preload_libraries = 'pgq'\npgq.maintenance_interval = 0");
 $primary->start;
 
 # 200 ids, 40 blocks of 5
@@ -34,7 +37,8 @@ my $n_blocks = setup_advisory_group($primary, $n_ids, 5);
 $primary->backup('b');
 my $standby = PostgreSQL::Test::Cluster->new('standby');
 $standby->init_from_backup($primary, 'b', has_streaming => 1);
-$standby->append_conf('postgresql.conf', "shared_preload_libraries = 'pgq'");
+$standby->append_conf('postgresql.conf',
+	"shared_preload_libraries = 'pgq'\npgq.maintenance_interval = 0");
 $standby->start;
 
 # --- two workers on the primary hold 15 blocks each; W1 consumes one

@@ -1,0 +1,269 @@
+/*-------------------------------------------------------------------------
+ *
+ * worker.c
+ *	  Background maintenance: a launcher, and a short pass per database.
+ *
+ * When pgq is preloaded, a launcher worker (connected to no database) wakes
+ * every pgq.maintenance_interval, lists the databases that accept
+ * connections, and runs one maintenance pass in each, one database at a
+ * time, in a dynamic worker that connects to it.  A pass does what no
+ * transaction announces:
+ *
+ *	- wakes the waiting claims of groups whose leases ran out or whose
+ *	  retries came due (they would otherwise wait for their recheck);
+ *	- clears out advisory-worker registrations whose session is gone.
+ *
+ * A pass holds its database only for a moment, and the launcher none at
+ * all: DROP DATABASE is never kept waiting for long.  Databases without the
+ * extension cost one catalog lookup per pass.  A pass uses one worker slot,
+ * only while it runs.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/pg_database.h"
+#include "commands/extension.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "tcop/tcopprot.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/wait_event.h"
+
+#include "pgq.h"
+
+static int	pgq_maintenance_interval = 10;	/* seconds */
+
+PGDLLEXPORT void pgq_launcher_main(Datum arg);
+PGDLLEXPORT void pgq_maintenance_main(Datum arg);
+
+/*
+ * Define the setting and register the launcher; called from _PG_init() while
+ * preloading.
+ */
+void
+pgq_worker_init(void)
+{
+	BackgroundWorker worker;
+
+	DefineCustomIntVariable("pgq.maintenance_interval",
+							"Time between pgq's maintenance passes over the databases.",
+							"0 turns background maintenance off.",
+							&pgq_maintenance_interval,
+							10, 0, 24 * 3600,
+							PGC_SIGHUP, GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS |
+		BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = 10;
+	strlcpy(worker.bgw_library_name, "pgq", BGW_MAXLEN);
+	strlcpy(worker.bgw_function_name, "pgq_launcher_main", BGW_MAXLEN);
+	strlcpy(worker.bgw_name, "pgq launcher", BGW_MAXLEN);
+	strlcpy(worker.bgw_type, "pgq launcher", BGW_MAXLEN);
+	RegisterBackgroundWorker(&worker);
+}
+
+/*
+ * The databases a pass should visit: those that accept connections and are
+ * neither templates nor half-dropped.  Returned in the current memory
+ * context.
+ */
+static List *
+list_databases(void)
+{
+	List	   *dbs = NIL;
+	MemoryContext cxt = CurrentMemoryContext;
+	Relation	rel;
+	TableScanDesc scan;
+	HeapTuple	tuple;
+
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	rel = table_open(DatabaseRelationId, AccessShareLock);
+	scan = table_beginscan_catalog(rel, 0, NULL);
+	while ((tuple = heap_getnext(scan, ForwardScanDirection)) != NULL)
+	{
+		Form_pg_database db = (Form_pg_database) GETSTRUCT(tuple);
+		MemoryContext old;
+
+		if (!db->datallowconn || db->datistemplate)
+			continue;
+#ifdef DATCONNLIMIT_INVALID_DB
+		if (database_is_invalid_form(db))
+			continue;
+#endif
+		old = MemoryContextSwitchTo(cxt);
+		dbs = lappend_oid(dbs, db->oid);
+		MemoryContextSwitchTo(old);
+	}
+	table_endscan(scan);
+	table_close(rel, AccessShareLock);
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	return dbs;
+}
+
+/*
+ * Run a maintenance pass in one database and wait for it to end.  False if
+ * no worker slot was free: the launcher tries again next time.
+ */
+static bool
+run_pass(Oid dboid)
+{
+	BackgroundWorker worker;
+	BackgroundWorkerHandle *handle;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS |
+		BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = BGW_NEVER_RESTART;
+	strlcpy(worker.bgw_library_name, "pgq", BGW_MAXLEN);
+	strlcpy(worker.bgw_function_name, "pgq_maintenance_main", BGW_MAXLEN);
+	snprintf(worker.bgw_name, BGW_MAXLEN, "pgq maintenance of database %u",
+			 dboid);
+	strlcpy(worker.bgw_type, "pgq maintenance", BGW_MAXLEN);
+	worker.bgw_main_arg = ObjectIdGetDatum(dboid);
+	worker.bgw_notify_pid = MyProcPid;
+
+	if (!RegisterDynamicBackgroundWorker(&worker, &handle))
+		return false;
+	(void) WaitForBackgroundWorkerShutdown(handle);
+	pfree(handle);
+	return true;
+}
+
+/*
+ * The launcher: a maintenance pass over every database, then sleep.  Reloads
+ * its configuration on SIGHUP and exits promptly on SIGTERM.
+ */
+void
+pgq_launcher_main(Datum arg)
+{
+	MemoryContext passcxt;
+	bool		warned = false;
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
+
+	passcxt = AllocSetContextCreate(TopMemoryContext, "pgq launcher",
+									ALLOCSET_DEFAULT_SIZES);
+	for (;;)
+	{
+		long		sleep_ms;
+
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+
+		if (pgq_maintenance_interval > 0)
+		{
+			MemoryContext old = MemoryContextSwitchTo(passcxt);
+			ListCell   *lc;
+
+			foreach(lc, list_databases())
+			{
+				CHECK_FOR_INTERRUPTS();
+				if (!run_pass(lfirst_oid(lc)) && !warned)
+				{
+					ereport(LOG,
+							(errmsg("pgq could not start a maintenance worker"),
+							 errhint("Raise max_worker_processes: pgq's maintenance needs one free slot at a time.")));
+					warned = true;
+				}
+			}
+			MemoryContextSwitchTo(old);
+			MemoryContextReset(passcxt);
+		}
+
+		sleep_ms = pgq_maintenance_interval > 0 ?
+			pgq_maintenance_interval * 1000L : 3600 * 1000L;
+		(void) WaitLatch(MyLatch,
+						 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 sleep_ms, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+}
+
+/*
+ * Wake the waiting claims of groups that have leases run out or retries
+ * come due: no transaction announces those.
+ */
+static void
+wake_due_groups(void)
+{
+	int			rc;
+
+	rc = SPI_execute("SELECT DISTINCT g.group_id, g.created_at "
+					 "FROM pgq.groups g JOIN pgq.blocks b "
+					 "ON b.group_id " OP("=") " g.group_id "
+					 "WHERE b.state " OP("=") " ANY ('{c,r}'::pg_catalog.\"char\"[]) "
+					 "AND b.lease_until " OP("<=") " pg_catalog.now()",
+					 true, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "could not read due blocks: %s", SPI_result_code_string(rc));
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		PgqGroupRef group;
+		bool		isnull;
+
+		group.dbid = MyDatabaseId;
+		group.group_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i],
+													 SPI_tuptable->tupdesc,
+													 1, &isnull));
+		group.created_at = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[i],
+															 SPI_tuptable->tupdesc,
+															 2, &isnull));
+		pgq_wake_group(&group);
+	}
+}
+
+/*
+ * One maintenance pass in the database given as argument; exits when done.
+ * Errors end the pass; the next one starts afresh.
+ */
+void
+pgq_maintenance_main(Datum arg)
+{
+	Oid			dboid = DatumGetObjectId(arg);
+
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
+
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	if (OidIsValid(get_extension_oid("pgq", true)))
+	{
+		pgstat_report_activity(STATE_RUNNING, "pgq maintenance pass");
+		SPI_connect();
+		wake_due_groups();
+		pgq_forget_dead_workers();
+		SPI_finish();
+	}
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	pgstat_report_activity(STATE_IDLE, NULL);
+	proc_exit(0);
+}
