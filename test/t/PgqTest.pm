@@ -296,7 +296,7 @@ sub run_consumers
 {
 	my ($group, $consumers, %opt) = @_;
 	my (@claims, @errors);
-	my %stopped;
+	my (%stopped, %sent);
 	my $stopping = 0;
 	my $sql = consume_sql($group, $opt{work});
 
@@ -306,8 +306,12 @@ sub run_consumers
 		{
 			for my $c (@$consumers)
 			{
-				next if $stopped{ $c->name } || $c->is_busy || $c->is_dead;
+				next
+				  if $stopped{ $c->name }
+				  || $sent{ $c->name }
+				  || $c->is_dead;
 				$c->send($sql);
+				$sent{ $c->name } = 1;
 				$c->poll;    # hand the statements to psql
 			}
 		}
@@ -316,11 +320,13 @@ sub run_consumers
 		$stopping = 1
 		  if !$stopping && $opt{until} && $opt{until}->(scalar @claims);
 
+		# collect every statement sent, also one that finished at once
 		my $busy = 0;
 		for my $c (@$consumers)
 		{
-			next unless $c->is_busy;
+			next unless $sent{ $c->name };
 			my $state = $c->poll;
+			delete $sent{ $c->name } if $state ne 'busy';
 			if ($state eq 'busy')
 			{
 				$busy++;
