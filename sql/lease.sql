@@ -188,6 +188,17 @@ SELECT pgq.fail(:t0, 'x', attempt => 1);
 SELECT pgq.extend(:t0, '1 minute', attempt => 1);
 SELECT pending, claimed, done FROM pgq.group_stats WHERE group_name = 't';
 
+-- a claim outside a transaction block commits asynchronously, but a
+-- complete in the same transaction makes the commit durable again
+SELECT pgq.create_group('d', 'SELECT g FROM generate_series(1, 2) g', 1,
+                        mode => 'lease');
+SELECT current_setting('synchronous_commit') AS claim_alone
+FROM pgq.claim('d');
+SELECT pgq.complete(c.block_id, attempt => c.attempt) AS completed,
+       current_setting('synchronous_commit') AS with_complete
+FROM pgq.claim('d') c;
+SELECT current_setting('synchronous_commit') AS afterwards;
+
 SELECT pgq.drop_group('l'), pgq.drop_group('e'), pgq.drop_group('r'),
-       pgq.drop_group('t');
+       pgq.drop_group('t'), pgq.drop_group('d');
 SELECT count(*) AS blocks FROM pgq.blocks;

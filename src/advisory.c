@@ -51,7 +51,7 @@
 #define PGQ_LOCK_WORKER		20562
 
 /* Candidate blocks read per scan step. */
-#define PGQ_ADVISORY_BATCH	64
+#define PGQ_ADVISORY_BATCH	16
 
 /* A block lock this session holds. */
 typedef struct HeldBlock
@@ -690,8 +690,8 @@ pgq_advisory_fail(const PgqGroup *group, int64 block_id, text *error,
 				  Interval *retry_after)
 {
 	static SPIPlanPtr plan = NULL;
-	Datum		values[4];
-	char		nulls[4] = {' ', ' ', ' ', ' '};
+	Datum		values[5];
+	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
 	TimestampTz now = GetCurrentTimestamp();
 	int			rc;
 
@@ -699,7 +699,8 @@ pgq_advisory_fail(const PgqGroup *group, int64 block_id, text *error,
 		return false;
 	if (plan == NULL)
 	{
-		Oid			argtypes[4] = {INT8OID, TIMESTAMPTZOID, TEXTOID, INT4OID};
+		Oid			argtypes[5] = {INT8OID, TIMESTAMPTZOID, TEXTOID, INT4OID,
+		INT8OID};
 
 		plan = pgq_keep_plan("UPDATE pgq.blocks SET "
 							 "attempt = attempt " OP("+") " 1, "
@@ -709,9 +710,10 @@ pgq_advisory_fail(const PgqGroup *group, int64 block_id, text *error,
 							 "lease_until = CASE WHEN attempt " OP("+") " 1 " OP(">=") " $4 "
 							 "THEN NULL ELSE $2 END, "
 							 "last_error = $3 "
-							 "WHERE block_id " OP("=") " $1 "
+							 "WHERE group_id " OP("=") " $5 "
+							 "AND block_id " OP("=") " $1 "
 							 "AND state " OP("=") " ANY ('{p,r}'::pg_catalog.\"char\"[])",
-							 4, argtypes);
+							 5, argtypes);
 	}
 	values[0] = Int64GetDatum(block_id);
 	values[1] = TimestampTzGetDatum(retry_after ?
@@ -720,6 +722,7 @@ pgq_advisory_fail(const PgqGroup *group, int64 block_id, text *error,
 	if (error == NULL)
 		nulls[2] = 'n';
 	values[3] = Int32GetDatum(group->max_attempts);
+	values[4] = Int64GetDatum(group->ref.group_id);
 	rc = SPI_execute_plan(plan, values, nulls, false, 0);
 	if (rc != SPI_OK_UPDATE)
 		elog(ERROR, "could not fail block: %s", SPI_result_code_string(rc));

@@ -210,8 +210,8 @@ pgq_extend(PG_FUNCTION_ARGS)
 	if (group.mode != PGQ_MODE_LEASE)
 		refuse_mode("pgq.extend()", &group,
 					"Only lease-mode claims have a deadline to extend.");
-	done = pgq_lease_extend(PG_GETARG_INT64(0), required_attempt(fcinfo, 2),
-							PG_GETARG_INTERVAL_P(1));
+	done = pgq_lease_extend(&group, PG_GETARG_INT64(0),
+							required_attempt(fcinfo, 2), PG_GETARG_INTERVAL_P(1));
 	SPI_finish();
 	PG_RETURN_BOOL(done);
 }

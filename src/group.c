@@ -15,6 +15,7 @@
 
 #include "access/xact.h"
 #include "access/xlog.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
@@ -23,6 +24,7 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/plancache.h"
@@ -563,7 +565,17 @@ pgq_create_group(PG_FUNCTION_ARGS)
 			elog(ERROR, "could not mark group " INT64_FORMAT " ready", group_id);
 	}
 	if (total_blocks > 0)
+	{
 		pgq_notify_group(text_to_cstring(name));
+
+		/*
+		 * pgq keeps generic plans, made for the size pgq.blocks had when a
+		 * session first claimed.  A group can grow the table a thousandfold:
+		 * have every session plan again, for its size now, once this commits.
+		 */
+		CacheInvalidateRelcacheByRelid(get_relname_relid("blocks",
+														 get_namespace_oid("pgq", false)));
+	}
 
 	SPI_finish();
 	PG_RETURN_BOOL(true);

@@ -32,6 +32,37 @@
 
 
 /*
+ * A claim made outside a transaction block commits asynchronously: a claim
+ * lost in a crash only offers its block again.  The setting it changed, and
+ * whether it did so in the current transaction.
+ */
+static char sync_commit_before[32];
+static bool async_claim_xact = false;
+
+/*
+ * Complete, release and fail are durable: if a claim in the same
+ * transaction made its commit asynchronous, put the setting back.
+ */
+void
+pgq_lease_durable(void)
+{
+	if (async_claim_xact)
+	{
+		(void) set_config_option("synchronous_commit", sync_commit_before,
+								 PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_LOCAL, true, 0, false);
+		async_claim_xact = false;
+	}
+}
+
+/* The transaction ended: a new one starts with its own setting. */
+void
+pgq_lease_xact_end(void)
+{
+	async_claim_xact = false;
+}
+
+/*
  * Keep the rows of the last SPI statement, (block_id, ids, attempt, state),
  * whose state is 'c': the blocks this claim got, in block id order.  Others
  * were dead-lettered.  Returns how many were kept; *dead gets how many were
@@ -190,10 +221,16 @@ pgq_lease_claim(const PgqGroup *group, int max_blocks, ClaimedBlock *blocks,
 	int			n;
 	int			got;
 
-	if (!IsTransactionBlock())
+	if (!IsTransactionBlock() && !async_claim_xact)
+	{
+		const char *current = GetConfigOption("synchronous_commit", false, false);
+
+		strlcpy(sync_commit_before, current, sizeof(sync_commit_before));
 		(void) set_config_option("synchronous_commit", "off",
 								 PGC_USERSET, PGC_S_SESSION,
 								 GUC_ACTION_LOCAL, true, 0, false);
+		async_claim_xact = true;
+	}
 
 	/*
 	 * Each batch is remembered as soon as it is taken, so that an error in a
@@ -247,9 +284,13 @@ change_held_block(SPIPlanPtr *plan, const char *sql, int nargs, Oid *argtypes,
 	return SPI_processed > 0;
 }
 
+/*
+ * The block held under "attempt".  Naming the group as well makes this a
+ * primary key lookup, which no other index can win in the planner.
+ */
 #define HELD_BY_ATTEMPT \
-	"WHERE block_id " OP("=") " $1 AND state " OP("=") " 'c' " \
-	"AND attempt " OP("=") " $2"
+	"WHERE group_id " OP("=") " $1 AND block_id " OP("=") " $2 " \
+	"AND state " OP("=") " 'c' AND attempt " OP("=") " $3"
 
 /*
  * Consume a block held under "attempt".  Waiters learn at commit whether the
@@ -259,13 +300,15 @@ bool
 pgq_lease_complete(const PgqGroup *group, int64 block_id, int32 attempt)
 {
 	static SPIPlanPtr plan = NULL;
-	Oid			argtypes[2] = {INT8OID, INT4OID};
-	Datum		values[2] = {Int64GetDatum(block_id), Int32GetDatum(attempt)};
+	Oid			argtypes[3] = {INT8OID, INT8OID, INT4OID};
+	Datum		values[3] = {Int64GetDatum(group->ref.group_id),
+	Int64GetDatum(block_id), Int32GetDatum(attempt)};
 
 	if (!change_held_block(&plan,
 						   "DELETE FROM pgq.blocks " HELD_BY_ATTEMPT,
-						   2, argtypes, values, SPI_OK_DELETE))
+						   3, argtypes, values, SPI_OK_DELETE))
 		return false;
+	pgq_lease_durable();
 	pgq_xact_wake_at_commit(&group->ref);
 	return true;
 }
@@ -278,15 +321,17 @@ bool
 pgq_lease_release(const PgqGroup *group, int64 block_id, int32 attempt)
 {
 	static SPIPlanPtr plan = NULL;
-	Oid			argtypes[3] = {INT8OID, INT4OID, TIMESTAMPTZOID};
-	Datum		values[3] = {Int64GetDatum(block_id), Int32GetDatum(attempt),
+	Oid			argtypes[4] = {INT8OID, INT8OID, INT4OID, TIMESTAMPTZOID};
+	Datum		values[4] = {Int64GetDatum(group->ref.group_id),
+		Int64GetDatum(block_id), Int32GetDatum(attempt),
 	TimestampTzGetDatum(GetCurrentTimestamp())};
 
 	if (!change_held_block(&plan,
-						   "UPDATE pgq.blocks SET state = 'r', lease_until = $3 "
+						   "UPDATE pgq.blocks SET state = 'r', lease_until = $4 "
 						   HELD_BY_ATTEMPT,
-						   3, argtypes, values, SPI_OK_UPDATE))
+						   4, argtypes, values, SPI_OK_UPDATE))
 		return false;
+	pgq_lease_durable();
 	pgq_xact_wake_at_commit(&group->ref);
 	pgq_notify_group(group->name);
 	return true;
@@ -301,36 +346,38 @@ pgq_lease_fail(const PgqGroup *group, int64 block_id, int32 attempt,
 			   text *error, Interval *retry_after)
 {
 	static SPIPlanPtr plan = NULL;
-	Oid			argtypes[5] = {INT8OID, INT4OID, TIMESTAMPTZOID, TEXTOID,
-	INT4OID};
-	Datum		values[5];
-	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
+	Oid			argtypes[6] = {INT8OID, INT8OID, INT4OID, TIMESTAMPTZOID,
+	TEXTOID, INT4OID};
+	Datum		values[6];
+	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
 	TimestampTz now = GetCurrentTimestamp();
 	int			rc;
 
-	values[0] = Int64GetDatum(block_id);
-	values[1] = Int32GetDatum(attempt);
-	values[2] = TimestampTzGetDatum(retry_after ? pgq_time_after(now, retry_after) : now);
-	values[3] = PointerGetDatum(error);
+	values[0] = Int64GetDatum(group->ref.group_id);
+	values[1] = Int64GetDatum(block_id);
+	values[2] = Int32GetDatum(attempt);
+	values[3] = TimestampTzGetDatum(retry_after ? pgq_time_after(now, retry_after) : now);
+	values[4] = PointerGetDatum(error);
 	if (error == NULL)
-		nulls[3] = 'n';
-	values[4] = Int32GetDatum(group->max_attempts);
+		nulls[4] = 'n';
+	values[5] = Int32GetDatum(group->max_attempts);
 
 	if (plan == NULL)
 		plan = pgq_keep_plan("UPDATE pgq.blocks SET "
-							 "state = CASE WHEN attempt " OP(">=") " $5 "
+							 "state = CASE WHEN attempt " OP(">=") " $6 "
 							 "THEN 'f'::pg_catalog.\"char\" "
 							 "ELSE 'r'::pg_catalog.\"char\" END, "
-							 "lease_until = CASE WHEN attempt " OP(">=") " $5 "
-							 "THEN NULL ELSE $3 END, "
-							 "last_error = $4 "
+							 "lease_until = CASE WHEN attempt " OP(">=") " $6 "
+							 "THEN NULL ELSE $4 END, "
+							 "last_error = $5 "
 							 HELD_BY_ATTEMPT,
-							 5, argtypes);
+							 6, argtypes);
 	rc = SPI_execute_plan(plan, values, nulls, false, 0);
 	if (rc != SPI_OK_UPDATE)
 		elog(ERROR, "could not fail block: %s", SPI_result_code_string(rc));
 	if (SPI_processed == 0)
 		return false;
+	pgq_lease_durable();
 	pgq_xact_wake_at_commit(&group->ref);
 	pgq_notify_group(group->name);
 	return true;
@@ -338,15 +385,17 @@ pgq_lease_fail(const PgqGroup *group, int64 block_id, int32 attempt,
 
 /* Move the deadline of a block held under "attempt" to now() + lease. */
 bool
-pgq_lease_extend(int64 block_id, int32 attempt, Interval *lease)
+pgq_lease_extend(const PgqGroup *group, int64 block_id, int32 attempt,
+				 Interval *lease)
 {
 	static SPIPlanPtr plan = NULL;
-	Oid			argtypes[3] = {INT8OID, INT4OID, TIMESTAMPTZOID};
-	Datum		values[3] = {Int64GetDatum(block_id), Int32GetDatum(attempt),
+	Oid			argtypes[4] = {INT8OID, INT8OID, INT4OID, TIMESTAMPTZOID};
+	Datum		values[4] = {Int64GetDatum(group->ref.group_id),
+		Int64GetDatum(block_id), Int32GetDatum(attempt),
 	TimestampTzGetDatum(pgq_time_after(GetCurrentTimestamp(), lease))};
 
 	return change_held_block(&plan,
-							 "UPDATE pgq.blocks SET lease_until = $3 "
+							 "UPDATE pgq.blocks SET lease_until = $4 "
 							 HELD_BY_ATTEMPT,
-							 3, argtypes, values, SPI_OK_UPDATE);
+							 4, argtypes, values, SPI_OK_UPDATE);
 }

@@ -202,11 +202,17 @@ pgq_time_after(TimestampTz start, const Interval *span)
 												   IntervalPGetDatum(span)));
 }
 
-/* Prepare a statement once per backend and keep it. */
+/*
+ * Prepare a statement once per backend and keep it, with a generic plan:
+ * pgq's statements are short lookups whose plan does not depend on the
+ * values, and planning them afresh on every call (the plan cache's custom
+ * plans) cost more than running them.
+ */
 SPIPlanPtr
 pgq_keep_plan(const char *sql, int nargs, Oid *argtypes)
 {
-	SPIPlanPtr	plan = SPI_prepare(sql, nargs, argtypes);
+	SPIPlanPtr	plan = SPI_prepare_cursor(sql, nargs, argtypes,
+										  CURSOR_OPT_GENERIC_PLAN);
 
 	if (plan == NULL)
 		elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));

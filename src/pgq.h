@@ -108,7 +108,10 @@ extern bool pgq_lease_release(const PgqGroup *group, int64 block_id,
 							  int32 attempt);
 extern bool pgq_lease_fail(const PgqGroup *group, int64 block_id,
 						   int32 attempt, text *error, Interval *retry_after);
-extern bool pgq_lease_extend(int64 block_id, int32 attempt, Interval *lease);
+extern bool pgq_lease_extend(const PgqGroup *group, int64 block_id,
+							 int32 attempt, Interval *lease);
+extern void pgq_lease_durable(void);
+extern void pgq_lease_xact_end(void);
 
 /* wait.c */
 extern void pgq_wait_init(void);

@@ -364,10 +364,12 @@ pgq_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
 			settle_claims(0, false);
+			pgq_lease_xact_end();
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
 			settle_claims(0, true);
+			pgq_lease_xact_end();
 			break;
 		default:
 			return;
