@@ -31,3 +31,9 @@ EXTRA_CLEAN = tmp_check_regress tmp_check_iso output_iso results regression.diff
 
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+# Benchmarks against plain-SQL designs, on a throwaway server (as root):
+# see bench/README.md.
+.PHONY: bench
+bench:
+	bench/run
