@@ -1,0 +1,2 @@
+-- round-trip limit: one statement, nothing written
+SELECT 1;

@@ -1,0 +1,78 @@
+-- Schema of the pgq benchmark (bench/run).  Plain SQL, written for this
+-- benchmark.  Tables of the baselines are in public, helpers in bench.
+CREATE EXTENSION pgq;
+CREATE SCHEMA bench;
+
+-- durable-commit limit: 1000 counters, updated by primary key
+CREATE TABLE counter (id integer PRIMARY KEY, n bigint NOT NULL DEFAULT 0);
+INSERT INTO counter (id) SELECT g FROM generate_series(1, 1000) g;
+
+-- the seed's plain-SQL query group: one row per block, here of one id
+CREATE TABLE q (id bigint PRIMARY KEY, ids bigint[] NOT NULL);
+
+-- visibility-timeout queue: a claim hides a row until vt_until
+CREATE TABLE vt (id bigint PRIMARY KEY,
+                 vt_until timestamptz NOT NULL,
+                 ids bigint[] NOT NULL);
+
+-- naive advisory-lock queue
+CREATE TABLE aq (id bigint PRIMARY KEY, ids bigint[] NOT NULL);
+
+-- Refill one queue with n items, from scratch: the baselines' tables are
+-- emptied, pgq's groups dropped and created again (blocks of one id).
+CREATE FUNCTION bench.refill(what text, n bigint) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    ids text := format('SELECT g FROM generate_series(1, %s) g', n);
+BEGIN
+    CASE what
+    WHEN 'q' THEN
+        TRUNCATE q;
+        INSERT INTO q SELECT g, ARRAY[g] FROM generate_series(1, n) g;
+    WHEN 'vt' THEN
+        TRUNCATE vt;
+        INSERT INTO vt SELECT g, '-infinity', ARRAY[g] FROM generate_series(1, n) g;
+    WHEN 'aq' THEN
+        TRUNCATE aq;
+        INSERT INTO aq SELECT g, ARRAY[g] FROM generate_series(1, n) g;
+    WHEN 'g' THEN
+        PERFORM pgq.drop_group('g');
+        PERFORM pgq.create_group('g', ids, block_size => 1);
+    WHEN 'lg' THEN
+        PERFORM pgq.drop_group('lg');
+        PERFORM pgq.create_group('lg', ids, block_size => 1, mode => 'lease',
+                                 lease => '30 s');
+    WHEN 'ag' THEN
+        PERFORM pgq.drop_group('ag');
+        PERFORM pgq.create_group('ag', ids, block_size => 1, mode => 'advisory');
+    END CASE;
+END $$;
+
+-- Items left in a queue (blocks of a pgq group, claimed or not).
+CREATE FUNCTION bench.remaining(what text) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    n bigint;
+BEGIN
+    IF what IN ('q', 'vt', 'aq') THEN
+        EXECUTE format('SELECT count(*) FROM %I', what) INTO n;
+    ELSE
+        SELECT count(*) INTO n FROM pgq.blocks b JOIN pgq.groups g USING (group_id)
+        WHERE g.group_name = what;
+    END IF;
+    RETURN n;
+END $$;
+
+-- The advisory-mode worker of this session: registered on first use, and
+-- remembered in a session setting.
+CREATE FUNCTION bench.worker() RETURNS bigint
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    w bigint := nullif(current_setting('bench.worker', true), '')::bigint;
+BEGIN
+    IF w IS NULL THEN
+        w := pgq.register_worker('bench');
+        PERFORM set_config('bench.worker', w::text, false);
+    END IF;
+    RETURN w;
+END $$;
