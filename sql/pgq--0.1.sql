@@ -55,9 +55,11 @@ CREATE TABLE pgq.blocks (
 -- index: it serves only equality, so a claim's range scan of one group from
 -- its hint can only be planned on the primary key.
 CREATE INDEX blocks_block_id_idx ON pgq.blocks USING hash (block_id);
--- Leases that run out and retries that come due, oldest first.
+-- Leases that run out and retries that come due, oldest first.  Its
+-- predicate names lease_until, so that only statements about due times can
+-- use it: a lookup of one claimed block by key must not be planned on it.
 CREATE INDEX blocks_due_idx ON pgq.blocks (group_id, lease_until)
-    WHERE state IN ('c', 'r');
+    WHERE state IN ('c', 'r') AND lease_until IS NOT NULL;
 -- Id arrays are large and barely compressible: store them out of line
 -- without spending CPU on compression.
 ALTER TABLE pgq.blocks ALTER COLUMN ids SET STORAGE EXTERNAL;

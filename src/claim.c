@@ -225,7 +225,8 @@ group_exhausted(const PgqGroup *group)
 
 		plan = pgq_keep_plan("SELECT EXISTS (SELECT FROM pgq.blocks "
 							 "WHERE group_id " OP("=") " $1 "
-							 "AND state " OP("=") " ANY ('{c,r}'::pg_catalog.\"char\"[])) "
+							 "AND state " OP("=") " ANY ('{c,r}'::pg_catalog.\"char\"[]) "
+							 "AND lease_until IS NOT NULL) "
 							 "OR EXISTS (SELECT FROM pgq.blocks "
 							 "WHERE group_id " OP("=") " $1 "
 							 "AND block_id " OP(">=") " $2 "

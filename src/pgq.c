@@ -204,9 +204,10 @@ pgq_time_after(TimestampTz start, const Interval *span)
 
 /*
  * Prepare a statement once per backend and keep it, with a generic plan:
- * pgq's statements are short lookups whose plan does not depend on the
- * values, and planning them afresh on every call (the plan cache's custom
- * plans) cost more than running them.
+ * planning pgq's short statements afresh on every call (the plan cache's
+ * custom plans) cost more than running them.  Generic plans are made for the
+ * statistics of their time; pgq.create_group() invalidates them, and so does
+ * every ANALYZE of pgq.blocks.
  */
 SPIPlanPtr
 pgq_keep_plan(const char *sql, int nargs, Oid *argtypes)
