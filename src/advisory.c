@@ -400,7 +400,7 @@ verify_locked(const PgqGroup *group, int64 block_id, ClaimedBlock *block,
 	rc = SPI_execute_plan(plan, values, NULL, false, 1);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "could not read block: %s", SPI_result_code_string(rc));
-	return pgq_claimed_from_spi(block, 3, cxt) == 1;
+	return pgq_claimed_from_spi(block, 3, 0, cxt) == 1;
 }
 
 /*

@@ -70,26 +70,34 @@ pgq_compare_claimed(const void *a, const void *b)
  * Copy the blocks the last SPI statement returned, as columns block_id (1),
  * ids (2) and, if attempt_col is not 0, attempt, into blocks[] in cxt, in
  * block id order, and free the statement's result (a waiting claim runs
- * many).  Returns how many.  The arrays are detoasted: they may be
- * stored out of line, in rows the statement just deleted.
+ * many).  If state_col is not 0, only rows whose state is 'c' are kept (a
+ * lease claim's others were dead-lettered).  Returns how many were kept.
+ * The arrays are detoasted: they may be stored out of line, in rows the
+ * statement just deleted.
  */
 int
-pgq_claimed_from_spi(ClaimedBlock *blocks, int attempt_col, MemoryContext cxt)
+pgq_claimed_from_spi(ClaimedBlock *blocks, int attempt_col, int state_col,
+					 MemoryContext cxt)
 {
-	int			n = (int) SPI_processed;
 	TupleDesc	tupdesc = SPI_tuptable->tupdesc;
 	MemoryContext oldcxt = MemoryContextSwitchTo(cxt);
+	int			n = 0;
 
-	for (int i = 0; i < n; i++)
+	for (uint64 i = 0; i < SPI_processed; i++)
 	{
 		HeapTuple	tuple = SPI_tuptable->vals[i];
 		bool		isnull;
 
-		blocks[i].block_id =
+		if (state_col != 0 &&
+			DatumGetChar(SPI_getbinval(tuple, tupdesc, state_col, &isnull)) !=
+			PGQ_BLOCK_CLAIMED)
+			continue;
+		blocks[n].block_id =
 			DatumGetInt64(SPI_getbinval(tuple, tupdesc, 1, &isnull));
-		blocks[i].ids = PointerGetDatum(PG_DETOAST_DATUM_COPY(SPI_getbinval(tuple, tupdesc, 2, &isnull)));
-		blocks[i].attempt = attempt_col == 0 ? 1 :
+		blocks[n].ids = PointerGetDatum(PG_DETOAST_DATUM_COPY(SPI_getbinval(tuple, tupdesc, 2, &isnull)));
+		blocks[n].attempt = attempt_col == 0 ? 1 :
 			DatumGetInt32(SPI_getbinval(tuple, tupdesc, attempt_col, &isnull));
+		n++;
 	}
 	MemoryContextSwitchTo(oldcxt);
 	SPI_freetuptable(SPI_tuptable);
@@ -138,7 +146,7 @@ lock_and_delete(const PgqGroupRef *group, int64 from, int limit,
 	if (rc != SPI_OK_DELETE_RETURNING)
 		elog(ERROR, "could not claim blocks: %s", SPI_result_code_string(rc));
 
-	found = pgq_claimed_from_spi(added, 0, resultcxt);
+	found = pgq_claimed_from_spi(added, 0, 0, resultcxt);
 	pgq_xact_remember(group, added, found);
 	*nblocks += found;
 	return found;

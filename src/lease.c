@@ -63,44 +63,6 @@ pgq_lease_xact_end(void)
 }
 
 /*
- * Keep the rows of the last SPI statement, (block_id, ids, attempt, state),
- * whose state is 'c': the blocks this claim got, in block id order.  Others
- * were dead-lettered.  Returns how many were kept; *dead gets how many were
- * not.
- */
-static int
-keep_claimed(ClaimedBlock *blocks, MemoryContext cxt, int *dead)
-{
-	TupleDesc	tupdesc = SPI_tuptable->tupdesc;
-	MemoryContext oldcxt = MemoryContextSwitchTo(cxt);
-	int			n = 0;
-
-	*dead = 0;
-	for (uint64 i = 0; i < SPI_processed; i++)
-	{
-		HeapTuple	tuple = SPI_tuptable->vals[i];
-		bool		isnull;
-
-		if (DatumGetChar(SPI_getbinval(tuple, tupdesc, 4, &isnull)) !=
-			PGQ_BLOCK_CLAIMED)
-		{
-			(*dead)++;
-			continue;
-		}
-		blocks[n].block_id =
-			DatumGetInt64(SPI_getbinval(tuple, tupdesc, 1, &isnull));
-		blocks[n].ids = PointerGetDatum(PG_DETOAST_DATUM_COPY(SPI_getbinval(tuple, tupdesc, 2, &isnull)));
-		blocks[n].attempt =
-			DatumGetInt32(SPI_getbinval(tuple, tupdesc, 3, &isnull));
-		n++;
-	}
-	MemoryContextSwitchTo(oldcxt);
-	SPI_freetuptable(SPI_tuptable);
-	qsort(blocks, n, sizeof(ClaimedBlock), pgq_compare_claimed);
-	return n;
-}
-
-/*
  * Take up to "limit" blocks whose lease ran out or whose retry came due.  A
  * block that already had its last attempt (its lease ran out, or it was
  * released) is dead-lettered instead.
@@ -151,7 +113,7 @@ claim_due(const PgqGroup *group, int limit, TimestampTz now,
 	/* dead-lettered blocks do not count: look again for the rest */
 	while (n < limit)
 	{
-		int			dead;
+		int			got;
 		int			rc;
 
 		CHECK_FOR_INTERRUPTS();
@@ -159,9 +121,10 @@ claim_due(const PgqGroup *group, int limit, TimestampTz now,
 		rc = SPI_execute_plan(plan, values, NULL, false, 0);
 		if (rc != SPI_OK_UPDATE_RETURNING)
 			elog(ERROR, "could not claim blocks: %s", SPI_result_code_string(rc));
-		n += keep_claimed(blocks + n, cxt, &dead);
-		if (dead == 0)
-			break;
+		got = pgq_claimed_from_spi(blocks + n, 3, 4, cxt);
+		n += got;
+		if (got == (int) SPI_processed)
+			break;				/* none was dead-lettered */
 	}
 	return n;
 }
@@ -173,7 +136,6 @@ claim_pending(const PgqGroup *group, int64 from, int limit,
 {
 	static SPIPlanPtr plan = NULL;
 	Datum		values[4];
-	int			dead;
 	int			rc;
 
 	if (plan == NULL)
@@ -200,7 +162,7 @@ claim_pending(const PgqGroup *group, int64 from, int limit,
 	rc = SPI_execute_plan(plan, values, NULL, false, 0);
 	if (rc != SPI_OK_UPDATE_RETURNING)
 		elog(ERROR, "could not claim blocks: %s", SPI_result_code_string(rc));
-	return keep_claimed(blocks, cxt, &dead);
+	return pgq_claimed_from_spi(blocks, 3, 4, cxt);
 }
 
 

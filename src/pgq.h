@@ -97,7 +97,7 @@ extern bool pgq_lookup_block(int64 block_id, PgqGroup *group);
 /* claim.c */
 extern int	pgq_compare_claimed(const void *a, const void *b);
 extern int	pgq_claimed_from_spi(ClaimedBlock *blocks, int attempt_col,
-								 MemoryContext cxt);
+								 int state_col, MemoryContext cxt);
 
 /* lease.c */
 extern int	pgq_lease_claim(const PgqGroup *group, int max_blocks,
