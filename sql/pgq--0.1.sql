@@ -18,12 +18,21 @@ CREATE TABLE pgq.groups (
                  CHECK (lease > '0'),
     max_attempts integer NOT NULL DEFAULT 5 CHECK (max_attempts > 0),
     owner        regrole NOT NULL,
+    -- how the query was read when the group was created: an asynchronous
+    -- materialization runs it with these settings, {name, value, ...}
     search_path  text NOT NULL,
+    settings     text[] NOT NULL,
+    -- an asynchronous materialization's time limit (NULL: none)
+    materialize_timeout interval
+                 CHECK (materialize_timeout > '0'),
     total_ids    bigint,
     total_blocks bigint,
     error        text,
     created_at   timestamptz NOT NULL DEFAULT clock_timestamp(),
-    ready_at     timestamptz
+    ready_at     timestamptz,
+    -- when the group failed, or when a maintenance pass first found it
+    -- drained; pgq.retention counts from here
+    finished_at  timestamptz
 );
 
 -- Blocks not consumed yet.  Block ids come from one sequence, so their order
@@ -86,13 +95,14 @@ CREATE FUNCTION pgq.create_group(group_name text, query text,
                                  mode text DEFAULT 'transaction',
                                  async boolean DEFAULT false,
                                  lease interval DEFAULT '5 minutes',
-                                 max_attempts integer DEFAULT 5)
+                                 max_attempts integer DEFAULT 5,
+                                 timeout interval DEFAULT NULL)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'pgq_create_group'
 LANGUAGE C VOLATILE;
 
 COMMENT ON FUNCTION pgq.create_group(text, text, integer, text, boolean,
-                                     interval, integer) IS
+                                     interval, integer, interval) IS
 'create a group of blocks from a query''s ids; true for the caller that created it';
 
 CREATE FUNCTION pgq.drop_group(group_name text)

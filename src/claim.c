@@ -209,14 +209,45 @@ wait_deadline(Interval *wait)
 }
 
 /*
- * Can the group never yield another block?  True when no block is pending,
+ * The group's state now, as a fresh snapshot sees it: a materializing group
+ * becomes ready or failed while claims wait on it.  A group dropped since is
+ * reported as failed: it yields nothing more either.
+ */
+static PgqGroupState
+current_state(const PgqGroup *group)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		values[1];
+	int			rc;
+
+	if (plan == NULL)
+	{
+		Oid			argtypes[1] = {INT8OID};
+
+		plan = pgq_keep_plan("SELECT state FROM pgq.groups "
+							 "WHERE group_id " OP("=") " $1",
+							 1, argtypes);
+	}
+	values[0] = Int64GetDatum(group->ref.group_id);
+	rc = SPI_execute_plan(plan, values, NULL, false, 1);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "could not read group: %s", SPI_result_code_string(rc));
+	if (SPI_processed == 0)
+		return PGQ_GROUP_FAILED;
+	return pgq_parse_state(SPI_getvalue(SPI_tuptable->vals[0],
+										SPI_tuptable->tupdesc, 1));
+}
+
+/*
+ * Can the group never yield another block?  Not while it is materializing;
+ * always once it failed.  Otherwise, true when no block is pending,
  * claimed under a lease or waiting for a retry, and no other session holds a
  * claim that it might give back.  Blocks below the hint are consumed or
  * held, so only the part from the hint on is looked at.  Blocks held by
  * others count when their number is not known (they are visible rows then).
  */
 static bool
-group_exhausted(const PgqGroup *group)
+group_exhausted(PgqGroup *group)
 {
 	static SPIPlanPtr plan = NULL;
 	Datum		values[2];
@@ -241,6 +272,13 @@ group_exhausted(const PgqGroup *group)
 							 "AND state " OP("=") " 'p')",
 							 2, argtypes);
 	}
+
+	if (group->state == PGQ_GROUP_MATERIALIZING)
+		group->state = current_state(group);
+	if (group->state == PGQ_GROUP_MATERIALIZING)
+		return false;
+	if (group->state == PGQ_GROUP_FAILED)
+		return true;
 
 	if (!pgq_hint_get(&group->ref, &hint, &gen))
 		hint = 0;
@@ -315,6 +353,17 @@ pgq_claim(PG_FUNCTION_ARGS)
 							text_to_cstring(name)),
 					 errhint("Register with pgq.register_worker() and pass its id as worker_id.")));
 		pgq_advisory_check_worker_held(PG_GETARG_INT64(3));
+	}
+	if (group.state == PGQ_GROUP_FAILED)
+	{
+		/* its blocks are not all of the query's: hand out none of them */
+		ereport(WARNING,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("group \"%s\" failed to materialize and yields no blocks",
+						group.name),
+				 errhint("pgq.group_stats shows why.  Drop the group and create it again.")));
+		SPI_finish();
+		return (Datum) 0;
 	}
 
 	/*

@@ -54,13 +54,36 @@ has_row_marks_walker(Node *node, void *context)
 	return expression_tree_walker(node, has_row_marks_walker, context);
 }
 
+/* The id column's type, or an error if it cannot hold ids. */
+static Oid
+check_id_column(TupleDesc tupdesc)
+{
+	Oid			typid;
+
+	if (tupdesc->natts < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATATYPE_MISMATCH),
+				 errmsg("the group's query returns no column"),
+				 errhint("The first column of the query must hold the ids.")));
+
+	typid = getBaseType(TupleDescAttr(tupdesc, 0)->atttypid);
+	if (typid != INT2OID && typid != INT4OID && typid != INT8OID)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATATYPE_MISMATCH),
+				 errmsg("the first column of the group's query must be smallint, integer or bigint"),
+				 errdetail("Column \"%s\" is of type %s.",
+						   NameStr(TupleDescAttr(tupdesc, 0)->attname),
+						   format_type_be(TupleDescAttr(tupdesc, 0)->atttypid))));
+	return typid;
+}
+
 /*
  * Parse and analyze a group's query, and check that it is one read-only
- * query: SELECT, VALUES, or WITH without data-modifying parts or row locks.
- * The id column's type is checked when the cursor opens.
+ * query: SELECT, VALUES, or WITH without data-modifying parts or row locks,
+ * whose first column can hold ids.
  */
-static SPIPlanPtr
-prepare_group_query(const char *query)
+SPIPlanPtr
+pgq_prepare_group_query(const char *query)
 {
 	SPIPlanPtr	plan;
 	List	   *sources;
@@ -100,6 +123,7 @@ prepare_group_query(const char *query)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("the group's query must not lock rows"),
 				 errdetail("The query uses FOR UPDATE, FOR NO KEY UPDATE, FOR SHARE or FOR KEY SHARE.")));
+	(void) check_id_column(source->resultDesc);
 	return plan;
 }
 
@@ -125,95 +149,21 @@ leave_read_only(int nestlevel)
 	AtEOXact_GUC(true, nestlevel);
 }
 
-/* The id column's type, or an error if it cannot hold ids. */
-static Oid
-check_id_column(TupleDesc tupdesc)
-{
-	Oid			typid;
-
-	if (tupdesc->natts < 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_DATATYPE_MISMATCH),
-				 errmsg("the group's query returns no column"),
-				 errhint("The first column of the query must hold the ids.")));
-
-	typid = getBaseType(TupleDescAttr(tupdesc, 0)->atttypid);
-	if (typid != INT2OID && typid != INT4OID && typid != INT8OID)
-		ereport(ERROR,
-				(errcode(ERRCODE_DATATYPE_MISMATCH),
-				 errmsg("the first column of the group's query must be smallint, integer or bigint"),
-				 errdetail("Column \"%s\" is of type %s.",
-						   NameStr(TupleDescAttr(tupdesc, 0)->attname),
-						   format_type_be(TupleDescAttr(tupdesc, 0)->atttypid))));
-	return typid;
-}
-
-/* Build a one-dimensional bigint[] of n ids in the current memory context. */
-static ArrayType *
-make_id_array(const int64 *ids, int n)
-{
-	Size		nbytes = ARR_OVERHEAD_NONULLS(1) + (Size) n * sizeof(int64);
-	ArrayType  *array = palloc0(nbytes);
-
-	SET_VARSIZE(array, nbytes);
-	array->ndim = 1;
-	array->dataoffset = 0;
-	array->elemtype = INT8OID;
-	ARR_DIMS(array)[0] = n;
-	ARR_LBOUND(array)[0] = 1;
-	/* no null bitmap: the data follows the header */
-	memcpy((char *) array + ARR_OVERHEAD_NONULLS(1), ids,
-		   (Size) n * sizeof(int64));
-	return array;
-}
-
-/* Insert one block of the group; block ids follow the order of the calls. */
-static void
-write_block(SPIPlanPtr insert_plan, int64 group_id, const int64 *ids, int n,
-			MemoryContext scratch)
-{
-	MemoryContext oldcxt = MemoryContextSwitchTo(scratch);
-	Datum		values[2];
-	int			rc;
-
-	values[0] = Int64GetDatum(group_id);
-	values[1] = PointerGetDatum(make_id_array(ids, n));
-	rc = SPI_execute_plan(insert_plan, values, NULL, false, 0);
-	if (rc != SPI_OK_INSERT)
-		elog(ERROR, "could not insert a block: %s", SPI_result_code_string(rc));
-	MemoryContextSwitchTo(oldcxt);
-	MemoryContextReset(scratch);
-}
-
 /*
- * Run the group's query and store its ids in blocks of block_size, in the
- * query's order.  Only one block and one fetch of rows are in memory at a
- * time.  Returns the number of ids; *nblocks gets the number of blocks.
+ * Run the group's query, read-only, through a cursor, and hand its ids to
+ * sink PGQ_FETCH_ROWS at a time, in the query's order: only one fetch is in
+ * memory at a time.  Returns the number of ids.
  */
-static int64
-materialize(SPIPlanPtr query_plan, int64 group_id, int block_size,
-			int64 *nblocks)
+int64
+pgq_run_group_query(SPIPlanPtr query_plan, PgqIdSink sink, void *arg)
 {
-	SPIPlanPtr	insert_plan;
 	Portal		portal;
 	Oid			typid;
-	MemoryContext scratch;
 	int64	   *ids;
-	int			n = 0;
 	int64		total = 0;
 	int			nestlevel;
-	Oid			argtypes[2] = {INT8OID, INT8ARRAYOID};
 
-	*nblocks = 0;
-	insert_plan = SPI_prepare("INSERT INTO pgq.blocks (block_id, group_id, ids) "
-							  "VALUES (pg_catalog.nextval('pgq.block_id_seq'), $1, $2)",
-							  2, argtypes);
-	if (insert_plan == NULL)
-		elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-
-	scratch = AllocSetContextCreate(CurrentMemoryContext, "pgq block",
-									ALLOCSET_DEFAULT_SIZES);
-	ids = palloc((Size) block_size * sizeof(int64));
+	ids = palloc(PGQ_FETCH_ROWS * sizeof(int64));
 
 	nestlevel = enter_read_only();
 	portal = SPI_cursor_open(NULL, query_plan, NULL, NULL, false);
@@ -248,55 +198,213 @@ materialize(SPIPlanPtr query_plan, int64 group_id, int block_size,
 						(errcode(ERRCODE_NOT_NULL_VIOLATION),
 						 errmsg("the group's query returned a NULL id"),
 						 errdetail("Row " INT64_FORMAT " of the result has NULL in its first column.",
-								   total + 1)));
+								   total + i + 1)));
 			switch (typid)
 			{
 				case INT2OID:
-					ids[n] = DatumGetInt16(value);
+					ids[i] = DatumGetInt16(value);
 					break;
 				case INT4OID:
-					ids[n] = DatumGetInt32(value);
+					ids[i] = DatumGetInt32(value);
 					break;
 				default:
-					ids[n] = DatumGetInt64(value);
+					ids[i] = DatumGetInt64(value);
 					break;
-			}
-			n++;
-			total++;
-			if (n == block_size)
-			{
-				write_block(insert_plan, group_id, ids, n, scratch);
-				(*nblocks)++;
-				n = 0;
 			}
 		}
 		SPI_freetuptable(tuptable);
-	}
-	if (n > 0)
-	{
-		write_block(insert_plan, group_id, ids, n, scratch);
-		(*nblocks)++;
+		sink(ids, (int) nrows, arg);
+		total += nrows;
 	}
 
 	SPI_cursor_close(portal);
-	SPI_freeplan(insert_plan);
 	pfree(ids);
-	MemoryContextDelete(scratch);
 	return total;
+}
+
+/* Build a one-dimensional bigint[] of n ids in the current memory context. */
+static ArrayType *
+make_id_array(const int64 *ids, int n)
+{
+	Size		nbytes = ARR_OVERHEAD_NONULLS(1) + (Size) n * sizeof(int64);
+	ArrayType  *array = palloc0(nbytes);
+
+	SET_VARSIZE(array, nbytes);
+	array->ndim = 1;
+	array->dataoffset = 0;
+	array->elemtype = INT8OID;
+	ARR_DIMS(array)[0] = n;
+	ARR_LBOUND(array)[0] = 1;
+	/* no null bitmap: the data follows the header */
+	memcpy((char *) array + ARR_OVERHEAD_NONULLS(1), ids,
+		   (Size) n * sizeof(int64));
+	return array;
+}
+
+/*
+ * Prepare to cut ids into blocks of block_size for a group.  The buffer
+ * lives in the current memory context; blocks are inserted through SPI by
+ * the calls below, which the caller makes inside SPI_connect().
+ */
+void
+pgq_block_writer_init(PgqBlockWriter *writer, int64 group_id, int block_size)
+{
+	writer->group_id = group_id;
+	writer->block_size = block_size;
+	writer->ids = palloc((Size) block_size * sizeof(int64));
+	writer->n = 0;
+	writer->nids = 0;
+	writer->nblocks = 0;
+	writer->scratch = AllocSetContextCreate(CurrentMemoryContext, "pgq block",
+											ALLOCSET_DEFAULT_SIZES);
+}
+
+/* Insert the buffered ids as one block; block ids follow the calls' order. */
+static void
+write_block(PgqBlockWriter *writer)
+{
+	static SPIPlanPtr plan = NULL;
+	MemoryContext oldcxt;
+	Datum		values[2];
+	int			rc;
+
+	if (plan == NULL)
+	{
+		Oid			argtypes[2] = {INT8OID, INT8ARRAYOID};
+
+		plan = pgq_keep_plan("INSERT INTO pgq.blocks (block_id, group_id, ids) "
+							 "VALUES (pg_catalog.nextval('pgq.block_id_seq'), $1, $2)",
+							 2, argtypes);
+	}
+
+	oldcxt = MemoryContextSwitchTo(writer->scratch);
+	values[0] = Int64GetDatum(writer->group_id);
+	values[1] = PointerGetDatum(make_id_array(writer->ids, writer->n));
+	rc = SPI_execute_plan(plan, values, NULL, false, 0);
+	if (rc != SPI_OK_INSERT)
+		elog(ERROR, "could not insert a block: %s", SPI_result_code_string(rc));
+	MemoryContextSwitchTo(oldcxt);
+	MemoryContextReset(writer->scratch);
+
+	writer->nids += writer->n;
+	writer->nblocks++;
+	writer->n = 0;
+}
+
+/*
+ * Add n ids, in order, writing every block that fills up.  ids need not be
+ * aligned: they may point into a message queue.
+ */
+void
+pgq_block_writer_add(PgqBlockWriter *writer, const char *ids, int n)
+{
+	while (n > 0)
+	{
+		int			room = writer->block_size - writer->n;
+		int			take = Min(room, n);
+
+		memcpy(writer->ids + writer->n, ids, (Size) take * sizeof(int64));
+		writer->n += take;
+		ids += (Size) take * sizeof(int64);
+		n -= take;
+		if (writer->n == writer->block_size)
+			write_block(writer);
+	}
+}
+
+/* Write the last, partly filled block, if any. */
+void
+pgq_block_writer_finish(PgqBlockWriter *writer)
+{
+	if (writer->n > 0)
+		write_block(writer);
+}
+
+/* A PgqIdSink that cuts ids into blocks: the synchronous path. */
+static void
+block_sink(const int64 *ids, int n, void *arg)
+{
+	pgq_block_writer_add((PgqBlockWriter *) arg, (const char *) ids, n);
+}
+
+/*
+ * Mark a group ready with its totals, inside SPI.  Every session's kept
+ * claim plans were made for the size pgq.blocks had when it first claimed;
+ * a group can grow the table a thousandfold, so they are invalidated too,
+ * to be planned again for its size now once this commits.
+ */
+void
+pgq_mark_ready(int64 group_id, int64 total_ids, int64 total_blocks)
+{
+	Oid			argtypes[3] = {INT8OID, INT8OID, INT8OID};
+	Datum		values[3];
+	int			rc;
+
+	values[0] = Int64GetDatum(group_id);
+	values[1] = Int64GetDatum(total_ids);
+	values[2] = Int64GetDatum(total_blocks);
+	rc = SPI_execute_with_args("UPDATE pgq.groups SET state = 'ready', "
+							   "total_ids = $2, total_blocks = $3, "
+							   "ready_at = pg_catalog.clock_timestamp() "
+							   "WHERE group_id " OP("=") " $1",
+							   3, argtypes, values, NULL, false, 0);
+	if (rc != SPI_OK_UPDATE || SPI_processed != 1)
+		elog(ERROR, "could not mark group " INT64_FORMAT " ready", group_id);
+	if (total_blocks > 0)
+		pgq_invalidate_block_plans();
+}
+
+/* Have every session plan its statements on pgq.blocks again at commit. */
+void
+pgq_invalidate_block_plans(void)
+{
+	CacheInvalidateRelcacheByRelid(get_relname_relid("blocks",
+													 get_namespace_oid("pgq", false)));
+}
+
+/*
+ * Settings that change what a query reads or how it reads its text, kept
+ * with the group (search_path has a column of its own) so that an
+ * asynchronous materialization runs the query as it would have run in the
+ * session that created the group.
+ */
+static const char *const query_settings[] = {
+	"DateStyle", "IntervalStyle", "TimeZone", "extra_float_digits",
+	"standard_conforming_strings", "bytea_output", "lc_monetary",
+	"lc_numeric", "lc_time", "default_text_search_config"
+};
+
+/* The current values of query_settings, as text[] {name, value, ...}. */
+static Datum
+capture_settings(void)
+{
+	int			n = lengthof(query_settings);
+	Datum	   *elems = palloc(2 * n * sizeof(Datum));
+
+	for (int i = 0; i < n; i++)
+	{
+		elems[2 * i] = CStringGetTextDatum(query_settings[i]);
+		elems[2 * i + 1] =
+			CStringGetTextDatum(GetConfigOptionByName(query_settings[i],
+													  NULL, false));
+	}
+	return PointerGetDatum(construct_array(elems, 2 * n, TEXTOID, -1, false,
+										   TYPALIGN_INT));
 }
 
 /*
  * Insert the group's row unless the name is taken; returns the new group's
  * id, or 0 when a group of that name exists (waiting first for its creator,
- * if it has not committed yet).
+ * if it has not committed yet).  timeout is NULL for none.
  */
 static int64
 insert_group(text *name, PgqMode mode, text *query, int block_size,
-			 Interval *lease, int32 max_attempts)
+			 Interval *lease, int32 max_attempts, Interval *timeout)
 {
-	Oid			argtypes[7] = {TEXTOID, TEXTOID, TEXTOID, INT4OID, REGROLEOID,
-	INTERVALOID, INT4OID};
-	Datum		values[7];
+	Oid			argtypes[9] = {TEXTOID, TEXTOID, TEXTOID, INT4OID, REGROLEOID,
+	INTERVALOID, INT4OID, TEXTARRAYOID, INTERVALOID};
+	Datum		values[9];
+	char		nulls[9] = "        ";
 	bool		isnull;
 	int			rc;
 
@@ -307,15 +415,21 @@ insert_group(text *name, PgqMode mode, text *query, int block_size,
 	values[4] = ObjectIdGetDatum(GetUserId());
 	values[5] = IntervalPGetDatum(lease);
 	values[6] = Int32GetDatum(max_attempts);
+	values[7] = capture_settings();
+	values[8] = IntervalPGetDatum(timeout);
+	if (timeout == NULL)
+		nulls[8] = 'n';
 
 	rc = SPI_execute_with_args("INSERT INTO pgq.groups "
 							   "(group_name, mode, query, block_size, owner, "
-							   "search_path, lease, max_attempts) "
+							   "search_path, lease, max_attempts, settings, "
+							   "materialize_timeout) "
 							   "VALUES ($1, $2, $3, $4, $5, "
-							   "pg_catalog.current_setting('search_path'), $6, $7) "
+							   "pg_catalog.current_setting('search_path'), "
+							   "$6, $7, $8, $9) "
 							   "ON CONFLICT (group_name) DO NOTHING "
 							   "RETURNING group_id",
-							   7, argtypes, values, NULL, false, 1);
+							   9, argtypes, values, nulls, false, 1);
 	if (rc != SPI_OK_INSERT_RETURNING)
 		elog(ERROR, "could not insert a group: %s", SPI_result_code_string(rc));
 	if (SPI_processed == 0)
@@ -397,7 +511,7 @@ check_existing_group(text *name, PgqMode mode, text *query, int block_size,
 
 /*
  * Fill *group from a row of (group_id, mode, created_at, lease, max_attempts,
- * group_name).
+ * group_name, state).
  */
 static void
 group_from_tuple(HeapTuple tuple, TupleDesc tupdesc, PgqGroup *group)
@@ -412,6 +526,7 @@ group_from_tuple(HeapTuple tuple, TupleDesc tupdesc, PgqGroup *group)
 	group->lease = *DatumGetIntervalP(SPI_getbinval(tuple, tupdesc, 4, &isnull));
 	group->max_attempts = DatumGetInt32(SPI_getbinval(tuple, tupdesc, 5, &isnull));
 	strlcpy(group->name, SPI_getvalue(tuple, tupdesc, 6), sizeof(group->name));
+	group->state = pgq_parse_state(SPI_getvalue(tuple, tupdesc, 7));
 }
 
 /* Look a group up by name, inside SPI; an error if it does not exist. */
@@ -427,7 +542,7 @@ pgq_lookup_group(text *name, PgqGroup *group)
 		Oid			argtypes[1] = {TEXTOID};
 
 		plan = pgq_keep_plan("SELECT group_id, mode, created_at, lease, max_attempts, "
-							 "group_name "
+							 "group_name, state "
 							 "FROM pgq.groups WHERE group_name " OP("=") " $1",
 							 1, argtypes);
 	}
@@ -459,7 +574,7 @@ pgq_lookup_block(int64 block_id, PgqGroup *group)
 		Oid			argtypes[1] = {INT8OID};
 
 		plan = pgq_keep_plan("SELECT g.group_id, g.mode, g.created_at, g.lease, "
-							 "g.max_attempts, g.group_name "
+							 "g.max_attempts, g.group_name, g.state "
 							 "FROM pgq.blocks b JOIN pgq.groups g "
 							 "ON g.group_id " OP("=") " b.group_id "
 							 "WHERE b.block_id " OP("=") " $1",
@@ -476,11 +591,40 @@ pgq_lookup_block(int64 block_id, PgqGroup *group)
 }
 
 /*
+ * The materialization timeout of an asynchronous group: the argument, or
+ * else pgq.materialize_timeout; NULL for none.
+ */
+static Interval *
+materialize_timeout(FunctionCallInfo fcinfo, bool async)
+{
+	Interval   *timeout;
+
+	if (PG_ARGISNULL(7))
+	{
+		if (!async || pgq_materialize_timeout == 0)
+			return NULL;
+		timeout = palloc0(sizeof(Interval));
+		timeout->time = (int64) pgq_materialize_timeout * 1000;
+		return timeout;
+	}
+	if (!async)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("timeout applies only to async => true"),
+				 errhint("A synchronous create_group runs under the caller's statement_timeout.")));
+	timeout = PG_GETARG_INTERVAL_P(7);
+	pgq_check_timeout(timeout);
+	return timeout;
+}
+
+/*
  * pgq.create_group(group_name, query, block_size, mode, async, lease,
- *					max_attempts) -> boolean
+ *					max_attempts, timeout) -> boolean
  *
- * True for the caller that created and materialized the group, false for
- * every caller that found it existing with the same definition.
+ * True for the caller that created the group, false for every caller that
+ * found it existing with the same definition.  Synchronously, the group is
+ * materialized when this returns; with async, a pair of background workers
+ * materialize it once this transaction commits (see materialize.c).
  */
 Datum
 pgq_create_group(PG_FUNCTION_ARGS)
@@ -489,11 +633,12 @@ pgq_create_group(PG_FUNCTION_ARGS)
 	text	   *query;
 	int32		block_size;
 	PgqMode		mode;
+	bool		async;
 	Interval   *lease;
 	int32		max_attempts;
+	Interval   *timeout;
 	int64		group_id;
-	int64		total_ids;
-	int64		total_blocks;
+	SPIPlanPtr	plan;
 
 	pgq_check_arg_not_null(fcinfo, 0, "group_name");
 	pgq_check_arg_not_null(fcinfo, 1, "query");
@@ -513,6 +658,7 @@ pgq_create_group(PG_FUNCTION_ARGS)
 				 errmsg("block_size must be between 1 and %d", PGQ_MAX_BLOCK_SIZE),
 				 errdetail("The block size given is %d.", block_size)));
 	mode = pgq_parse_mode(text_to_cstring(PG_GETARG_TEXT_PP(3)));
+	async = PG_GETARG_BOOL(4);
 	lease = PG_GETARG_INTERVAL_P(5);
 	max_attempts = PG_GETARG_INT32(6);
 	pgq_check_lease(lease);
@@ -521,11 +667,7 @@ pgq_create_group(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("max_attempts must be at least 1"),
 				 errdetail("The value given is %d.", max_attempts)));
-	if (PG_GETARG_BOOL(4))
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("asynchronous materialization is not implemented yet"),
-				 errhint("Use async => false: the group is materialized before create_group returns.")));
+	timeout = materialize_timeout(fcinfo, async);
 	pgq_check_not_in_recovery("create a group");
 
 	SPI_connect();
@@ -533,7 +675,7 @@ pgq_create_group(PG_FUNCTION_ARGS)
 	{
 		CHECK_FOR_INTERRUPTS();
 		group_id = insert_group(name, mode, query, block_size, lease,
-								max_attempts);
+								max_attempts, timeout);
 		if (group_id != 0)
 			break;
 		if (check_existing_group(name, mode, query, block_size, lease,
@@ -545,36 +687,22 @@ pgq_create_group(PG_FUNCTION_ARGS)
 		/* dropped between our insert and our look: try again */
 	}
 
-	total_ids = materialize(prepare_group_query(text_to_cstring(query)),
-							group_id, block_size, &total_blocks);
-
+	/* either way, a query that cannot run is refused here and now */
+	plan = pgq_prepare_group_query(text_to_cstring(query));
+	if (async)
+		pgq_start_materialization(group_id);
+	else
 	{
-		Oid			argtypes[3] = {INT8OID, INT8OID, INT8OID};
-		Datum		values[3];
-		int			rc;
+		PgqBlockWriter writer;
+		int64		total_ids;
 
-		values[0] = Int64GetDatum(group_id);
-		values[1] = Int64GetDatum(total_ids);
-		values[2] = Int64GetDatum(total_blocks);
-		rc = SPI_execute_with_args("UPDATE pgq.groups SET state = 'ready', "
-								   "total_ids = $2, total_blocks = $3, "
-								   "ready_at = pg_catalog.clock_timestamp() "
-								   "WHERE group_id " OP("=") " $1",
-								   3, argtypes, values, NULL, false, 0);
-		if (rc != SPI_OK_UPDATE || SPI_processed != 1)
-			elog(ERROR, "could not mark group " INT64_FORMAT " ready", group_id);
-	}
-	if (total_blocks > 0)
-	{
-		pgq_notify_group(text_to_cstring(name));
-
-		/*
-		 * pgq keeps generic plans, made for the size pgq.blocks had when a
-		 * session first claimed.  A group can grow the table a thousandfold:
-		 * have every session plan again, for its size now, once this commits.
-		 */
-		CacheInvalidateRelcacheByRelid(get_relname_relid("blocks",
-														 get_namespace_oid("pgq", false)));
+		pgq_block_writer_init(&writer, group_id, block_size);
+		total_ids = pgq_run_group_query(plan, block_sink, &writer);
+		pgq_block_writer_finish(&writer);
+		Assert(total_ids == writer.nids);
+		pgq_mark_ready(group_id, total_ids, writer.nblocks);
+		if (writer.nblocks > 0)
+			pgq_notify_group(text_to_cstring(name));
 	}
 
 	SPI_finish();

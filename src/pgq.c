@@ -29,6 +29,7 @@
 PG_MODULE_MAGIC;
 
 int			pgq_max_groups = 1024;
+int			pgq_materialize_timeout = 0;	/* milliseconds, 0 for none */
 
 #if PG_VERSION_NUM >= 150000
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
@@ -94,6 +95,14 @@ _PG_init(void)
 
 		pgq_worker_init();
 	}
+
+	DefineCustomIntVariable("pgq.materialize_timeout",
+							"Time an asynchronous materialization may run before it is canceled.",
+							"0 means no limit.  create_group(timeout => ...) overrides it for one group.",
+							&pgq_materialize_timeout,
+							0, 0, INT_MAX,
+							PGC_USERSET, GUC_UNIT_MS,
+							NULL, NULL, NULL);
 
 #if PG_VERSION_NUM >= 150000
 	MarkGUCPrefixReserved("pgq");
@@ -180,6 +189,27 @@ pgq_check_lease(const Interval *lease)
 															   IntervalPGetDatum(lease))))));
 }
 
+/* A materialization timeout is more than 0 and at most 366 days. */
+void
+pgq_check_timeout(const Interval *timeout)
+{
+	if (!duration_within(timeout, 1000))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("timeout must be at least 1 millisecond and at most 366 days, without months"),
+				 errdetail("The timeout given is %s.",
+						   DatumGetCString(DirectFunctionCall1(interval_out,
+															   IntervalPGetDatum(timeout)))),
+				 errhint("Pass NULL for no timeout.")));
+}
+
+/* A duration checked by duration_within(), in milliseconds. */
+int64
+pgq_interval_ms(const Interval *span)
+{
+	return (span->time + (int64) span->day * USECS_PER_DAY) / 1000;
+}
+
 /* A retry delay is 0 to 366 days. */
 void
 pgq_check_retry_after(const Interval *retry_after)
@@ -220,6 +250,20 @@ pgq_keep_plan(const char *sql, int nargs, Oid *argtypes)
 	if (SPI_keepplan(plan) != 0)
 		elog(ERROR, "SPI_keepplan failed");
 	return plan;
+}
+
+/* Parse pgq.groups.state. */
+PgqGroupState
+pgq_parse_state(const char *state)
+{
+	if (strcmp(state, "materializing") == 0)
+		return PGQ_GROUP_MATERIALIZING;
+	if (strcmp(state, "ready") == 0)
+		return PGQ_GROUP_READY;
+	if (strcmp(state, "failed") == 0)
+		return PGQ_GROUP_FAILED;
+	elog(ERROR, "unknown group state \"%s\"", state);
+	return PGQ_GROUP_FAILED;	/* keep the compiler quiet */
 }
 
 /* Parse a claim mode name given by a user. */

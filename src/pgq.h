@@ -39,10 +39,19 @@ typedef struct PgqGroupRef
 	TimestampTz created_at;
 } PgqGroupRef;
 
+/* A group's state, as stored in pgq.groups.state. */
+typedef enum PgqGroupState
+{
+	PGQ_GROUP_MATERIALIZING,
+	PGQ_GROUP_READY,
+	PGQ_GROUP_FAILED
+} PgqGroupState;
+
 /* A group's definition, as claims and block operations need it. */
 typedef struct PgqGroup
 {
 	PgqGroupRef ref;
+	PgqGroupState state;
 	char		name[PGQ_MAX_GROUP_NAME_LEN * 4 + 1];	/* in the server encoding */
 	PgqMode		mode;
 	Interval	lease;
@@ -77,20 +86,50 @@ typedef struct ClaimedBlock
 extern void pgq_init_materialized_srf(FunctionCallInfo fcinfo);
 #endif
 
+/* Receives a group's ids from pgq_run_group_query(), a fetch at a time. */
+typedef void (*PgqIdSink) (const int64 *ids, int n, void *arg);
+
+/* Cuts a stream of ids into blocks and inserts them (group.c). */
+typedef struct PgqBlockWriter
+{
+	int64		group_id;
+	int			block_size;
+	int64	   *ids;			/* the block being filled */
+	int			n;				/* ids in it */
+	int64		nids;			/* ids written in blocks so far */
+	int64		nblocks;		/* blocks written so far */
+	MemoryContext scratch;
+} PgqBlockWriter;
+
 /* pgq.c */
 extern int	pgq_max_groups;
+extern int	pgq_materialize_timeout;
 extern void pgq_check_name(text *name);
 extern void pgq_check_arg_not_null(FunctionCallInfo fcinfo, int argno,
 								   const char *argname);
 extern void pgq_check_not_in_recovery(const char *what);
 extern void pgq_check_lease(const Interval *lease);
 extern void pgq_check_retry_after(const Interval *retry_after);
+extern void pgq_check_timeout(const Interval *timeout);
 extern PgqMode pgq_parse_mode(const char *mode);
 extern const char *pgq_mode_name(PgqMode mode);
+extern PgqGroupState pgq_parse_state(const char *state);
+extern int64 pgq_interval_ms(const Interval *span);
 extern SPIPlanPtr pgq_keep_plan(const char *sql, int nargs, Oid *argtypes);
 extern TimestampTz pgq_time_after(TimestampTz start, const Interval *span);
 
 /* group.c */
+extern SPIPlanPtr pgq_prepare_group_query(const char *query);
+extern int64 pgq_run_group_query(SPIPlanPtr query_plan, PgqIdSink sink,
+								 void *arg);
+extern void pgq_block_writer_init(PgqBlockWriter *writer, int64 group_id,
+								  int block_size);
+extern void pgq_block_writer_add(PgqBlockWriter *writer, const char *ids,
+								 int n);
+extern void pgq_block_writer_finish(PgqBlockWriter *writer);
+extern void pgq_mark_ready(int64 group_id, int64 total_ids,
+						   int64 total_blocks);
+extern void pgq_invalidate_block_plans(void);
 extern void pgq_lookup_group(text *name, PgqGroup *group);
 extern bool pgq_lookup_block(int64 block_id, PgqGroup *group);
 
@@ -135,6 +174,11 @@ extern void pgq_advisory_unlock(int64 block_id);
 extern void pgq_advisory_undo_claim(int64 block_id);
 extern void pgq_advisory_forget_block(int64 block_id);
 extern void pgq_forget_dead_workers(void);
+
+/* materialize.c */
+extern void pgq_materialize_init(void);
+extern void pgq_start_materialization(int64 group_id);
+extern bool pgq_materializer_alive(int64 group_id);
 
 /* worker.c */
 extern void pgq_worker_init(void);

@@ -11,6 +11,7 @@
  *
  *	- wakes the waiting claims of groups whose leases ran out or whose
  *	  retries came due (they would otherwise wait for their recheck);
+ *	- marks failed the asynchronous materializations whose writer is gone;
  *	- clears out advisory-worker registrations whose session is gone.
  *
  * A pass holds its database only for a moment, and the launcher none at
@@ -29,6 +30,7 @@
 #include "access/xact.h"
 #include "catalog/pg_database.h"
 #include "commands/extension.h"
+#include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -240,6 +242,66 @@ wake_due_groups(void)
 }
 
 /*
+ * Mark failed the materializing groups whose writer is gone: a crash, a
+ * restart or pg_terminate_backend stopped it halfway.  The query's order
+ * need not be repeatable, and consumers may have taken some of its blocks
+ * already, so the group cannot be resumed or redone behind their back.
+ */
+static void
+fail_dead_materializations(void)
+{
+	Oid			argtypes[1] = {INT8OID};
+	int			rc;
+	uint64		ngroups;
+	SPITupleTable *groups;
+
+	rc = SPI_execute("SELECT group_id, created_at, group_name FROM pgq.groups "
+					 "WHERE state " OP("=") " 'materializing'", false, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "could not read groups: %s", SPI_result_code_string(rc));
+	ngroups = SPI_processed;
+	groups = SPI_tuptable;
+	for (uint64 i = 0; i < ngroups; i++)
+	{
+		PgqGroupRef group;
+		Datum		values[1];
+		bool		isnull;
+
+		group.dbid = MyDatabaseId;
+		group.group_id = DatumGetInt64(SPI_getbinval(groups->vals[i],
+													 groups->tupdesc, 1,
+													 &isnull));
+		group.created_at = DatumGetTimestampTz(SPI_getbinval(groups->vals[i],
+															 groups->tupdesc,
+															 2, &isnull));
+		if (pgq_materializer_alive(group.group_id))
+			continue;
+
+		/* a writer that just finished changed the state: then this is a no-op */
+		values[0] = Int64GetDatum(group.group_id);
+		rc = SPI_execute_with_args("UPDATE pgq.groups SET state = 'failed', "
+								   "finished_at = pg_catalog.clock_timestamp(), "
+								   "error = 'materialization interrupted: its worker stopped "
+								   "(server crash or restart, or pg_terminate_backend) after '"
+								   " OPERATOR(pg_catalog.||) COALESCE(total_ids, 0) "
+								   " OPERATOR(pg_catalog.||) ' ids; the group holds only part of "
+								   "the query''s ids: drop it and create it again' "
+								   "WHERE group_id " OP("=") " $1 "
+								   "AND state " OP("=") " 'materializing'",
+								   1, argtypes, values, NULL, false, 0);
+		if (rc != SPI_OK_UPDATE)
+			elog(ERROR, "could not update group: %s", SPI_result_code_string(rc));
+		if (SPI_processed == 1)
+		{
+			pgq_xact_wake_at_commit(&group);
+			ereport(LOG,
+					(errmsg("pgq: materialization of group \"%s\" was interrupted; the group is marked failed",
+							SPI_getvalue(groups->vals[i], groups->tupdesc, 3))));
+		}
+	}
+}
+
+/*
  * One maintenance pass in the database given as argument; exits when done.
  * Errors end the pass; the next one starts afresh.
  */
@@ -259,6 +321,7 @@ pgq_maintenance_main(Datum arg)
 		pgstat_report_activity(STATE_RUNNING, "pgq maintenance pass");
 		SPI_connect();
 		wake_due_groups();
+		fail_dead_materializations();
 		pgq_forget_dead_workers();
 		SPI_finish();
 	}
