@@ -162,6 +162,14 @@ LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION pgq.extend(bigint, interval, integer) IS
 'extend a lease-mode claim to now() + lease; false if the caller does not hold it';
 
+CREATE FUNCTION pgq.wake_maintenance()
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'pgq_wake_maintenance'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION pgq.wake_maintenance() IS
+'have a maintenance pass over every database start when this transaction commits; false without a launcher';
+
 CREATE FUNCTION pgq.register_worker(worker_name text DEFAULT NULL)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'pgq_register_worker'
@@ -288,3 +296,6 @@ CROSS JOIN (SELECT oid FROM pg_catalog.pg_database
 
 COMMENT ON VIEW pgq.workers IS
 'advisory-mode workers: alive while their session holds its locks';
+
+-- A maintenance pass in this database, soon after CREATE EXTENSION commits.
+SELECT pgq.wake_maintenance();

@@ -197,6 +197,8 @@ extern bool pgq_claimed_get(const PgqGroupRef *group, int64 *claimed);
 extern void pgq_group_forget(Oid dbid, int64 group_id);
 extern bool pgq_no_claims_by_others(const PgqGroupRef *group, int64 own);
 extern bool pgq_full_scan_due(const PgqGroupRef *group, int64 own);
+extern void pgq_launcher_latch_set(struct Latch *latch);
+extern bool pgq_launcher_wake(void);
 extern bool pgq_advisory_locks_take(int limit);
 extern void pgq_advisory_locks_give(void);
 

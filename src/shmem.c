@@ -31,6 +31,7 @@
 
 #include "miscadmin.h"
 #include "port/atomics.h"
+#include "storage/latch.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
 #include "storage/spin.h"
@@ -67,6 +68,8 @@ typedef struct PgqSharedState
 	pg_atomic_uint64 gen_seed;	/* generations, unique across entries, so
 								 * that a claim that read an evicted entry
 								 * cannot match a new one */
+	Latch	   *volatile launcher_latch;	/* the maintenance launcher's, or
+											 * NULL */
 } PgqSharedState;
 
 static PgqSharedState *pgq_state = NULL;
@@ -99,6 +102,7 @@ pgq_shmem_init(void)
 		pgq_state->overflowed = false;
 		pg_atomic_init_u32(&pgq_state->advisory_locks, 0);
 		pg_atomic_init_u64(&pgq_state->gen_seed, 1);
+		pgq_state->launcher_latch = NULL;
 	}
 
 	memset(&info, 0, sizeof(info));
@@ -416,4 +420,34 @@ pgq_no_claims_by_others(const PgqGroupRef *group, int64 own)
 	if (!pgq_claimed_get(group, &claimed))
 		return true;
 	return claimed <= own;
+}
+
+/*
+ * Publish the maintenance launcher's latch (NULL when it exits).  Shared
+ * memory is mapped at the same address in every process, so the pointer is
+ * good everywhere; a stale one only wakes whichever process has that latch.
+ */
+void
+pgq_launcher_latch_set(Latch *latch)
+{
+	if (pgq_shmem_ready())
+		pgq_state->launcher_latch = latch;
+}
+
+/*
+ * Wake the launcher, if there is one.  Safe in transaction callbacks: it
+ * allocates nothing and cannot fail.
+ */
+bool
+pgq_launcher_wake(void)
+{
+	Latch	   *latch;
+
+	if (!pgq_shmem_ready())
+		return false;
+	latch = pgq_state->launcher_latch;
+	if (latch == NULL)
+		return false;
+	SetLatch(latch);
+	return true;
 }

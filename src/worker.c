@@ -12,6 +12,7 @@
  *	- wakes the waiting claims of groups whose leases ran out or whose
  *	  retries came due (they would otherwise wait for their recheck);
  *	- marks failed the asynchronous materializations whose writer is gone;
+ *	- removes drained and failed groups once pgq.retention has passed;
  *	- clears out advisory-worker registrations whose session is gone.
  *
  * A pass holds its database only for a moment, and the launcher none at
@@ -32,6 +33,7 @@
 #include "commands/extension.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
+#include "fmgr.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
@@ -48,6 +50,13 @@
 #include "pgq.h"
 
 static int	pgq_maintenance_interval = 10;	/* seconds */
+static int	pgq_retention = 7 * 24 * 3600;	/* seconds, 0 for forever */
+
+/* Wake the launcher when the current transaction commits. */
+static bool wake_at_commit = false;
+static bool wake_callback_registered = false;
+
+PG_FUNCTION_INFO_V1(pgq_wake_maintenance);
 
 PGDLLEXPORT void pgq_launcher_main(Datum arg);
 PGDLLEXPORT void pgq_maintenance_main(Datum arg);
@@ -66,6 +75,13 @@ pgq_worker_init(void)
 							"0 turns background maintenance off.",
 							&pgq_maintenance_interval,
 							10, 0, 24 * 3600,
+							PGC_SIGHUP, GUC_UNIT_S,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("pgq.retention",
+							"How long drained and failed groups are kept before a maintenance pass removes them.",
+							"Counted from when a pass first finds a group drained, or from its failure.  0 keeps them forever.",
+							&pgq_retention,
+							7 * 24 * 3600, 0, INT_MAX,
 							PGC_SIGHUP, GUC_UNIT_S,
 							NULL, NULL, NULL);
 
@@ -151,8 +167,27 @@ run_pass(Oid dboid)
 	return true;
 }
 
+/* The launcher is going away: nobody is to wake it. */
+static void
+forget_launcher(int code, Datum arg)
+{
+	pgq_launcher_latch_set(NULL);
+}
+
+/* Say in pg_stat_activity how many passes the launcher has made. */
+static void
+report_passes(int64 passes)
+{
+	char		activity[64];
+
+	snprintf(activity, sizeof(activity),
+			 "maintenance passes done: " INT64_FORMAT, passes);
+	pgstat_report_activity(STATE_IDLE, activity);
+}
+
 /*
- * The launcher: a maintenance pass over every database, then sleep.  Reloads
+ * The launcher: a maintenance pass over every database, then sleep until
+ * the next one is due or pgq.wake_maintenance() wakes it.  Reloads
  * its configuration on SIGHUP and exits promptly on SIGTERM.
  */
 void
@@ -160,6 +195,7 @@ pgq_launcher_main(Datum arg)
 {
 	MemoryContext passcxt;
 	bool		warned = false;
+	int64		passes = 0;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
@@ -168,6 +204,8 @@ pgq_launcher_main(Datum arg)
 
 	passcxt = AllocSetContextCreate(TopMemoryContext, "pgq launcher",
 									ALLOCSET_DEFAULT_SIZES);
+	pgq_launcher_latch_set(MyLatch);
+	before_shmem_exit(forget_launcher, (Datum) 0);
 	for (;;)
 	{
 		long		sleep_ms;
@@ -197,6 +235,8 @@ pgq_launcher_main(Datum arg)
 			}
 			MemoryContextSwitchTo(old);
 			MemoryContextReset(passcxt);
+			passes++;
+			report_passes(passes);
 		}
 
 		sleep_ms = pgq_maintenance_interval > 0 ?
@@ -302,6 +342,116 @@ fail_dead_materializations(void)
 }
 
 /*
+ * Note when drained groups became drained, and remove drained and failed
+ * groups, with their blocks, once pgq.retention has passed since.  A group
+ * counts as drained when no block of it is left, not even a dead-lettered
+ * one: those wait for a person.  A removed group's name is free again.
+ */
+static void
+apply_retention(void)
+{
+	Oid			argtypes[1] = {INT4OID};
+	Datum		values[1];
+	int			rc;
+
+	rc = SPI_execute("UPDATE pgq.groups g "
+					 "SET finished_at = pg_catalog.clock_timestamp() "
+					 "WHERE g.state " OP("=") " 'ready' AND g.finished_at IS NULL "
+					 "AND NOT EXISTS (SELECT FROM pgq.blocks b "
+					 "WHERE b.group_id " OP("=") " g.group_id)",
+					 false, 0);
+	if (rc != SPI_OK_UPDATE)
+		elog(ERROR, "could not update groups: %s", SPI_result_code_string(rc));
+	if (pgq_retention == 0)
+		return;
+
+	values[0] = Int32GetDatum(pgq_retention);
+	rc = SPI_execute_with_args("DELETE FROM pgq.groups "
+							   "WHERE finished_at " OP("<") " (pg_catalog.now() "
+							   OP("-") " pg_catalog.make_interval(secs => $1)) "
+							   "RETURNING group_id, created_at",
+							   1, argtypes, values, NULL, false, 0);
+	if (rc != SPI_OK_DELETE_RETURNING)
+		elog(ERROR, "could not delete groups: %s", SPI_result_code_string(rc));
+	if (SPI_processed == 0)
+		return;
+	ereport(LOG,
+			(errmsg("pgq: removed " UINT64_FORMAT " finished groups past pgq.retention",
+					SPI_processed)));
+	{
+		uint64		ngroups = SPI_processed;
+		SPITupleTable *groups = SPI_tuptable;
+
+		for (uint64 i = 0; i < ngroups; i++)
+		{
+			PgqGroupRef group;
+			bool		isnull;
+
+			CHECK_FOR_INTERRUPTS();
+			group.dbid = MyDatabaseId;
+			group.group_id = DatumGetInt64(SPI_getbinval(groups->vals[i],
+														 groups->tupdesc, 1,
+														 &isnull));
+			group.created_at = DatumGetTimestampTz(SPI_getbinval(groups->vals[i],
+																 groups->tupdesc,
+																 2, &isnull));
+			pgq_xact_remember_drop(&group);
+			values[0] = Int64GetDatum(group.group_id);
+			rc = SPI_execute_with_args("DELETE FROM pgq.blocks "
+									   "WHERE group_id " OP("=") " $1",
+									   1, (Oid[]) {INT8OID}, values, NULL,
+									   false, 0);
+			if (rc != SPI_OK_DELETE)
+				elog(ERROR, "could not delete blocks: %s",
+					 SPI_result_code_string(rc));
+		}
+	}
+}
+
+/* Wake the launcher at commit, or forget it at abort. */
+static void
+wake_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+			if (wake_at_commit)
+				(void) pgq_launcher_wake();
+			wake_at_commit = false;
+			break;
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+			wake_at_commit = false;
+			break;
+		default:
+			break;
+	}
+}
+
+/*
+ * pgq.wake_maintenance() -> boolean
+ *
+ * Have the launcher start a pass over every database when this transaction
+ * commits, instead of at its next interval: CREATE EXTENSION calls it, so
+ * that a new database is looked after at once.  False when there is no
+ * launcher (pgq is not preloaded).
+ */
+Datum
+pgq_wake_maintenance(PG_FUNCTION_ARGS)
+{
+	if (!pgq_shmem_ready())
+		PG_RETURN_BOOL(false);
+	if (!wake_callback_registered)
+	{
+		RegisterXactCallback(wake_callback, NULL);
+		wake_callback_registered = true;
+	}
+	wake_at_commit = true;
+	PG_RETURN_BOOL(true);
+}
+
+/*
  * One maintenance pass in the database given as argument; exits when done.
  * Errors end the pass; the next one starts afresh.
  */
@@ -322,6 +472,7 @@ pgq_maintenance_main(Datum arg)
 		SPI_connect();
 		wake_due_groups();
 		fail_dead_materializations();
+		apply_retention();
 		pgq_forget_dead_workers();
 		SPI_finish();
 	}
