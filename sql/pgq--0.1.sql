@@ -4,19 +4,29 @@
 \echo Use "CREATE EXTENSION pgq" to load this file. \quit
 
 -- Groups: one row each, written at creation and when materialization ends;
--- never per claim.
+-- never per claim.  A group of kind 'query' holds a query's ids in blocks; a
+-- group of kind 'queue' (pgq.create_queue) holds items that producers
+-- enqueue, in pgq.items.
 CREATE TABLE pgq.groups (
     group_id     bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     group_name   text NOT NULL UNIQUE,
+    kind         text NOT NULL DEFAULT 'query'
+                 CHECK (kind IN ('query', 'queue')),
     mode         text NOT NULL
                  CHECK (mode IN ('transaction', 'lease', 'advisory')),
-    query        text NOT NULL,
+    query        text CHECK ((query IS NOT NULL) = (kind = 'query')),
     block_size   integer NOT NULL CHECK (block_size > 0),
     state        text NOT NULL DEFAULT 'materializing'
                  CHECK (state IN ('materializing', 'ready', 'failed')),
     lease        interval NOT NULL DEFAULT '5 minutes'
                  CHECK (lease > '0'),
     max_attempts integer NOT NULL DEFAULT 5 CHECK (max_attempts > 0),
+    -- queues: a failed item's retry waits backoff * 2^(attempt - 1), at most
+    -- max_backoff, less a random part of up to half (see queue.c)
+    backoff      interval NOT NULL DEFAULT '10 seconds'
+                 CHECK (backoff >= '0'),
+    max_backoff  interval NOT NULL DEFAULT '1 hour'
+                 CHECK (max_backoff >= '0'),
     owner        regrole NOT NULL,
     -- how the query was read when the group was created: an asynchronous
     -- materialization runs it with these settings, {name, value, ...}
@@ -78,6 +88,47 @@ SELECT pg_catalog.pg_extension_config_dump('pgq.blocks', '');
 SELECT pg_catalog.pg_extension_config_dump('pgq.block_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('pgq.groups_group_id_seq', '');
 
+-- Items of queues.  Item ids come from the blocks' sequence, so that an id
+-- names a block or an item, never both, and pgq.complete() and the other
+-- calls that take an id serve both.
+--
+-- state: 'p' pending; 'c' claimed under a lease until due_at; 'r' waiting
+-- until due_at (a delayed item, or a retry); 'd' done, with its result; 'f'
+-- failed for good (dead-lettered), with its errors.  Done and dead items
+-- stay, with their keys, until pgq.retention has passed since finished_at.
+CREATE TABLE pgq.items (
+    group_id    bigint NOT NULL,
+    item_id     bigint NOT NULL,
+    key         text,
+    priority    integer NOT NULL DEFAULT 0 CHECK (priority >= 0),
+    state       "char" NOT NULL DEFAULT 'p'
+                CHECK (state IN ('p', 'c', 'r', 'd', 'f')),
+    attempt     integer NOT NULL DEFAULT 0,
+    due_at      timestamptz,
+    payload     jsonb,
+    data        bytea,
+    result      jsonb,
+    result_data bytea,
+    last_error  text,
+    errors      jsonb,
+    enqueued_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    finished_at timestamptz,
+    PRIMARY KEY (group_id, item_id)
+);
+-- one item per key and queue: concurrent enqueues of a key meet here
+CREATE UNIQUE INDEX items_key_idx ON pgq.items (group_id, key)
+    WHERE key IS NOT NULL;
+-- what a claim takes: higher priority first, then first in, first out
+CREATE INDEX items_pending_idx ON pgq.items (group_id, priority DESC, item_id)
+    WHERE state = 'p';
+-- leases that run out, delayed items and retries that come due
+CREATE INDEX items_due_idx ON pgq.items (group_id, due_at)
+    WHERE state IN ('c', 'r');
+CREATE INDEX items_item_id_idx ON pgq.items USING hash (item_id);
+ALTER TABLE pgq.items ALTER COLUMN data SET STORAGE EXTERNAL;
+
+SELECT pg_catalog.pg_extension_config_dump('pgq.items', '');
+
 -- Advisory-mode workers.  UNLOGGED: crash recovery empties it and a standby
 -- has none of it, which is how a worker learns that its locks are gone.  Ids
 -- come from a logged sequence, so they never repeat, not even after a crash.
@@ -116,22 +167,33 @@ COMMENT ON FUNCTION pgq.drop_group(text) IS
 CREATE FUNCTION pgq.claim(group_name text, max_blocks integer DEFAULT 1,
                           wait interval DEFAULT NULL,
                           worker_id bigint DEFAULT NULL)
-RETURNS TABLE (block_id bigint, attempt integer, ids bigint[], payload jsonb)
+RETURNS TABLE (block_id bigint, attempt integer, ids bigint[], payload jsonb,
+               data bytea, key text)
 AS 'MODULE_PATHNAME', 'pgq_claim'
 LANGUAGE C VOLATILE ROWS 1;
 
 COMMENT ON FUNCTION pgq.claim(text, integer, interval, bigint) IS
-'claim up to max_blocks unclaimed blocks of a group';
+'claim up to max_blocks unclaimed blocks of a group, or items of a queue';
 
 CREATE FUNCTION pgq.complete(block_id bigint, result jsonb DEFAULT NULL,
                              attempt integer DEFAULT NULL,
-                             worker_id bigint DEFAULT NULL)
+                             worker_id bigint DEFAULT NULL,
+                             result_data bytea DEFAULT NULL)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'pgq_complete'
 LANGUAGE C VOLATILE;
 
-COMMENT ON FUNCTION pgq.complete(bigint, jsonb, integer, bigint) IS
-'consume a claimed block (lease and advisory modes); false if the caller does not hold it';
+COMMENT ON FUNCTION pgq.complete(bigint, jsonb, integer, bigint, bytea) IS
+'consume a claimed block or item, storing an item''s result; false if the caller does not hold it';
+
+CREATE FUNCTION pgq.complete_many(block_ids bigint[], attempts integer[] DEFAULT NULL,
+                                  results jsonb[] DEFAULT NULL)
+RETURNS bigint[]
+AS 'MODULE_PATHNAME', 'pgq_complete_many'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION pgq.complete_many(bigint[], integer[], jsonb[]) IS
+'complete lease-mode items in one call; returns the ids the caller held';
 
 CREATE FUNCTION pgq.release(block_id bigint, attempt integer DEFAULT NULL,
                             worker_id bigint DEFAULT NULL)
@@ -161,6 +223,69 @@ LANGUAGE C VOLATILE;
 
 COMMENT ON FUNCTION pgq.extend(bigint, interval, integer) IS
 'extend a lease-mode claim to now() + lease; false if the caller does not hold it';
+
+CREATE FUNCTION pgq.create_queue(group_name text,
+                                 mode text DEFAULT 'lease',
+                                 lease interval DEFAULT '5 minutes',
+                                 max_attempts integer DEFAULT 5,
+                                 backoff interval DEFAULT '10 seconds',
+                                 max_backoff interval DEFAULT '1 hour')
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'pgq_create_queue'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION pgq.create_queue(text, text, interval, integer, interval,
+                                     interval) IS
+'create a queue that producers fill with pgq.enqueue; true for the caller that created it';
+
+CREATE FUNCTION pgq.enqueue(group_name text, payload jsonb DEFAULT NULL,
+                            key text DEFAULT NULL, priority integer DEFAULT 0,
+                            run_at timestamptz DEFAULT NULL,
+                            data bytea DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'pgq_enqueue'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION pgq.enqueue(text, jsonb, text, integer, timestamptz, bytea) IS
+'add an item to a queue; for a key the queue holds already, the existing item''s id';
+
+CREATE FUNCTION pgq.enqueue_many(group_name text, payloads jsonb[] DEFAULT NULL,
+                                 keys text[] DEFAULT NULL,
+                                 priority integer DEFAULT 0,
+                                 run_at timestamptz DEFAULT NULL,
+                                 data bytea[] DEFAULT NULL)
+RETURNS bigint[]
+AS 'MODULE_PATHNAME', 'pgq_enqueue_many'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION pgq.enqueue_many(text, jsonb[], text[], integer, timestamptz, bytea[]) IS
+'add many items to a queue in one call; returns their ids in the order given';
+
+CREATE FUNCTION pgq.retry(block_id bigint)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'pgq_retry'
+LANGUAGE C VOLATILE STRICT;
+
+COMMENT ON FUNCTION pgq.retry(bigint) IS
+'set a done or dead-lettered item back to pending';
+
+CREATE FUNCTION pgq.retry(group_name text, key text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'pgq_retry_key'
+LANGUAGE C VOLATILE STRICT;
+
+COMMENT ON FUNCTION pgq.retry(text, text) IS
+'set the done or dead-lettered item of a key back to pending';
+
+CREATE FUNCTION pgq.result(block_id bigint, wait interval DEFAULT NULL,
+                           OUT state text, OUT result jsonb,
+                           OUT result_data bytea, OUT attempt integer,
+                           OUT last_error text)
+AS 'MODULE_PATHNAME', 'pgq_result'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION pgq.result(bigint, interval) IS
+'an item''s state and result, waiting up to "wait" for it to be done or dead';
 
 CREATE FUNCTION pgq.wake_maintenance()
 RETURNS boolean
@@ -266,10 +391,63 @@ CROSS JOIN LATERAL (
                THEN greatest(r.remaining - r.failed + f.own
                              - coalesce(c.claimed, f.own), 0)
                ELSE r.remaining - r.failed - c.claimed
-           END AS pending) s;
+           END AS pending) s
+WHERE g.kind = 'query';
 
 COMMENT ON VIEW pgq.group_stats IS
 'progress of every group: blocks pending, claimed, done and failed';
+
+-- Queues: items by state.  "running" counts lease-mode claims whose lease
+-- has not run out; an item claimed in transaction mode counts as pending
+-- until the claiming transaction commits.  oldest_pending_age is how long
+-- the oldest claimable item has waited since it was enqueued (or came due).
+CREATE VIEW pgq.queue_stats AS
+SELECT g.group_name AS queue_name,
+       g.mode,
+       count(i.item_id) FILTER (WHERE i.state = 'p'
+                                   OR (i.state IN ('c', 'r')
+                                       AND i.due_at <= now())) AS pending,
+       count(i.item_id) FILTER (WHERE i.state = 'r' AND i.due_at > now())
+           AS scheduled,
+       count(i.item_id) FILTER (WHERE i.state = 'c' AND i.due_at > now())
+           AS running,
+       count(i.item_id) FILTER (WHERE i.state = 'd') AS done,
+       count(i.item_id) FILTER (WHERE i.state = 'f') AS dead,
+       now() - min(CASE WHEN i.state = 'p' THEN i.enqueued_at
+                        WHEN i.state IN ('c', 'r') AND i.due_at <= now()
+                        THEN greatest(i.enqueued_at, i.due_at)
+                   END) AS oldest_pending_age,
+       g.lease,
+       g.max_attempts,
+       g.backoff,
+       g.max_backoff,
+       g.owner,
+       g.created_at
+FROM pgq.groups g
+LEFT JOIN pgq.items i ON i.group_id = g.group_id
+WHERE g.kind = 'queue'
+GROUP BY g.group_id;
+
+COMMENT ON VIEW pgq.queue_stats IS
+'every queue: items pending, scheduled, running, done and dead, and the oldest pending item''s age';
+
+-- Dead-lettered items, with what went wrong.
+CREATE VIEW pgq.dead_items AS
+SELECT g.group_name AS queue_name,
+       i.item_id,
+       i.key,
+       i.attempt,
+       i.last_error,
+       i.errors,
+       i.payload,
+       i.enqueued_at,
+       i.finished_at AS failed_at
+FROM pgq.items i
+JOIN pgq.groups g ON g.group_id = i.group_id
+WHERE i.state = 'f';
+
+COMMENT ON VIEW pgq.dead_items IS
+'dead-lettered items of every queue, with their last error and all their errors';
 
 -- Advisory-mode workers, whether their session still holds its placeholder
 -- lock, and how many blocks that session holds (locks name blocks, not

@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * block.c
- *	  Operations on one claimed block: complete, release, fail, extend.
+ *	  Operations on one claimed block or item: complete, release, fail,
+ *	  extend.  Items of queues are handed to queue.c.
  *
  * Each looks the block up, then does what the block's claim mode means.  A
  * block that no longer exists (consumed, dropped) gives false.  The holder
@@ -34,7 +35,8 @@ begin_block_op(FunctionCallInfo fcinfo, const char *what, PgqGroup *group)
 	pgq_check_arg_not_null(fcinfo, 0, "block_id");
 	pgq_check_not_in_recovery(what);
 	SPI_connect();
-	if (pgq_lookup_block(PG_GETARG_INT64(0), group))
+	if (pgq_lookup_block(PG_GETARG_INT64(0), group) ||
+		pgq_lookup_item(PG_GETARG_INT64(0), group))
 		return true;
 	SPI_finish();
 	/* an advisory lock on a block that is gone is of no use any more */
@@ -81,9 +83,10 @@ refuse_mode(const char *function, const PgqGroup *group, const char *hint)
 	"In transaction mode, COMMIT consumes the claimed blocks and ROLLBACK gives them back."
 
 /*
- * pgq.complete(block_id, result, attempt, worker_id) -> boolean
+ * pgq.complete(block_id, result, attempt, worker_id, result_data) -> boolean
  *
- * Consume a held block.  False if the caller does not hold it.
+ * Consume a held block, or finish a held item with its result.  False if
+ * the caller does not hold it.
  */
 Datum
 pgq_complete(PG_FUNCTION_ARGS)
@@ -92,15 +95,17 @@ pgq_complete(PG_FUNCTION_ARGS)
 	int64		block_id;
 	bool		done = false;
 
-	if (!PG_ARGISNULL(1))
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("storing results is not implemented yet"),
-				 errhint("Call pgq.complete() without result.")));
 	if (!begin_block_op(fcinfo, "complete a block", &group))
 		PG_RETURN_BOOL(false);
 	block_id = PG_GETARG_INT64(0);
-	switch (group.mode)
+	if (group.kind == PGQ_KIND_QUEUE)
+		done = pgq_queue_complete(&group, block_id, fcinfo);
+	else if (!PG_ARGISNULL(1) || !PG_ARGISNULL(4))
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("blocks of query groups have no result"),
+				 errhint("Results are stored for items of queues (pgq.create_queue).")));
+	else switch (group.mode)
 	{
 		case PGQ_MODE_TRANSACTION:
 			refuse_mode("pgq.complete()", &group, TRANSACTION_MODE_HINT);
@@ -134,7 +139,9 @@ pgq_release(PG_FUNCTION_ARGS)
 	if (!begin_block_op(fcinfo, "release a block", &group))
 		PG_RETURN_BOOL(false);
 	block_id = PG_GETARG_INT64(0);
-	switch (group.mode)
+	if (group.kind == PGQ_KIND_QUEUE && group.mode == PGQ_MODE_LEASE)
+		done = pgq_queue_release(&group, block_id, fcinfo);
+	else switch (group.mode)
 	{
 		case PGQ_MODE_TRANSACTION:
 			refuse_mode("pgq.release()", &group, TRANSACTION_MODE_HINT);
@@ -173,7 +180,9 @@ pgq_fail(PG_FUNCTION_ARGS)
 	if (!begin_block_op(fcinfo, "fail a block", &group))
 		PG_RETURN_BOOL(false);
 	block_id = PG_GETARG_INT64(0);
-	switch (group.mode)
+	if (group.kind == PGQ_KIND_QUEUE)
+		done = pgq_queue_fail(&group, block_id, fcinfo, error, retry_after);
+	else switch (group.mode)
 	{
 		case PGQ_MODE_TRANSACTION:
 			refuse_mode("pgq.fail()", &group, TRANSACTION_MODE_HINT);
@@ -210,8 +219,14 @@ pgq_extend(PG_FUNCTION_ARGS)
 	if (group.mode != PGQ_MODE_LEASE)
 		refuse_mode("pgq.extend()", &group,
 					"Only lease-mode claims have a deadline to extend.");
-	done = pgq_lease_extend(&group, PG_GETARG_INT64(0),
-							required_attempt(fcinfo, 2), PG_GETARG_INTERVAL_P(1));
+	if (group.kind == PGQ_KIND_QUEUE)
+		done = pgq_queue_extend(&group, PG_GETARG_INT64(0),
+								required_attempt(fcinfo, 2),
+								PG_GETARG_INTERVAL_P(1));
+	else
+		done = pgq_lease_extend(&group, PG_GETARG_INT64(0),
+								required_attempt(fcinfo, 2),
+								PG_GETARG_INTERVAL_P(1));
 	SPI_finish();
 	PG_RETURN_BOOL(done);
 }

@@ -38,8 +38,8 @@ static SPIPlanPtr claim_plan = NULL;
  * consumed meanwhile.  A transaction-mode claim is consumed when the caller's
  * transaction commits, so it also needs a transaction block.
  */
-static void
-check_claim_context(PgqMode mode)
+void
+pgq_check_claim_context(PgqMode mode)
 {
 	if (mode == PGQ_MODE_TRANSACTION && !IsTransactionBlock())
 		ereport(ERROR,
@@ -97,6 +97,8 @@ pgq_claimed_from_spi(ClaimedBlock *blocks, int attempt_col, int state_col,
 		blocks[n].ids = PointerGetDatum(PG_DETOAST_DATUM_COPY(SPI_getbinval(tuple, tupdesc, 2, &isnull)));
 		blocks[n].attempt = attempt_col == 0 ? 1 :
 			DatumGetInt32(SPI_getbinval(tuple, tupdesc, attempt_col, &isnull));
+		blocks[n].payload = blocks[n].data = blocks[n].key = (Datum) 0;
+		blocks[n].priority = 0;
 		n++;
 	}
 	MemoryContextSwitchTo(oldcxt);
@@ -189,9 +191,9 @@ transaction_claim(const PgqGroupRef *group, int max_blocks,
 	return nblocks;
 }
 
-/* When a claim asked to wait for "wait" must give up; 0 for not at all. */
-static TimestampTz
-wait_deadline(Interval *wait)
+/* When a call asked to wait for "wait" must give up; 0 for not at all. */
+TimestampTz
+pgq_wait_deadline(Interval *wait)
 {
 	TimestampTz now = GetCurrentTimestamp();
 	TimestampTz deadline;
@@ -273,6 +275,8 @@ group_exhausted(PgqGroup *group)
 							 2, argtypes);
 	}
 
+	if (group->kind == PGQ_KIND_QUEUE)
+		return false;			/* producers can always add more */
 	if (group->state == PGQ_GROUP_MATERIALIZING)
 		group->state = current_state(group);
 	if (group->state == PGQ_GROUP_MATERIALIZING)
@@ -302,7 +306,7 @@ group_exhausted(PgqGroup *group)
 
 /*
  * pgq.claim(group_name, max_blocks, wait, worker_id)
- *	  -> TABLE(block_id, attempt, ids, payload)
+ *	  -> TABLE(block_id, attempt, ids, payload, data, key)
  *
  * Up to max_blocks blocks, in block_id order; no rows when nothing is
  * claimable (after waiting up to "wait" for something to become claimable).
@@ -330,7 +334,7 @@ pgq_claim(PG_FUNCTION_ARGS)
 				 errmsg("max_blocks must be between 1 and %d", PGQ_MAX_CLAIM_BLOCKS),
 				 errdetail("The value given is %d.", max_blocks)));
 	if (!PG_ARGISNULL(2))
-		deadline = wait_deadline(PG_GETARG_INTERVAL_P(2));
+		deadline = pgq_wait_deadline(PG_GETARG_INTERVAL_P(2));
 	if (RecoveryInProgress())
 		ereport(ERROR,
 				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
@@ -339,11 +343,11 @@ pgq_claim(PG_FUNCTION_ARGS)
 
 	InitMaterializedSRF(fcinfo, 0);
 	resultcxt = rsinfo->econtext->ecxt_per_query_memory;
-	blocks = MemoryContextAlloc(resultcxt, max_blocks * sizeof(ClaimedBlock));
+	blocks = MemoryContextAllocZero(resultcxt, max_blocks * sizeof(ClaimedBlock));
 
 	SPI_connect();
 	pgq_lookup_group(name, &group);
-	check_claim_context(group.mode);
+	pgq_check_claim_context(group.mode);
 	if (group.mode == PGQ_MODE_ADVISORY)
 	{
 		if (PG_ARGISNULL(3))
@@ -373,8 +377,11 @@ pgq_claim(PG_FUNCTION_ARGS)
 	 */
 	for (;;)
 	{
-		switch (group.mode)
+		switch (group.kind == PGQ_KIND_QUEUE ? -1 : (int) group.mode)
 		{
+			case -1:
+				nblocks = pgq_queue_claim(&group, max_blocks, blocks, resultcxt);
+				break;
 			case PGQ_MODE_TRANSACTION:
 				nblocks = transaction_claim(&group.ref, max_blocks, blocks,
 											resultcxt);
@@ -397,13 +404,17 @@ pgq_claim(PG_FUNCTION_ARGS)
 
 	for (int i = 0; i < nblocks; i++)
 	{
-		Datum		values[4];
-		bool		nulls[4] = {false, false, false, true};
+		Datum		values[6];
+		bool		nulls[6];
 
 		values[0] = Int64GetDatum(blocks[i].block_id);
 		values[1] = Int32GetDatum(blocks[i].attempt);
 		values[2] = blocks[i].ids;
-		values[3] = (Datum) 0;
+		values[3] = blocks[i].payload;
+		values[4] = blocks[i].data;
+		values[5] = blocks[i].key;
+		for (int c = 0; c < 6; c++)
+			nulls[c] = c >= 2 && values[c] == (Datum) 0;
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;

@@ -460,7 +460,8 @@ check_existing_group(text *name, PgqMode mode, text *query, int block_size,
 	int			rc;
 
 	values[0] = PointerGetDatum(name);
-	rc = SPI_execute_with_args("SELECT mode, query, block_size, lease, max_attempts "
+	rc = SPI_execute_with_args("SELECT mode, query, block_size, lease, max_attempts, "
+							   "kind "
 							   "FROM pgq.groups "
 							   "WHERE group_name " OP("=") " $1",
 							   1, argtypes, values, NULL, false, 1);
@@ -471,6 +472,11 @@ check_existing_group(text *name, PgqMode mode, text *query, int block_size,
 
 	tuple = SPI_tuptable->vals[0];
 	tupdesc = SPI_tuptable->tupdesc;
+	if (strcmp(SPI_getvalue(tuple, tupdesc, 6), "queue") == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("\"%s\" is a queue, not a query group", groupname),
+				 errhint("Use another group name, or drop the queue first with pgq.drop_group().")));
 	old_mode = SPI_getvalue(tuple, tupdesc, 1);
 	old_query = SPI_getvalue(tuple, tupdesc, 2);
 	old_block_size = DatumGetInt32(SPI_getbinval(tuple, tupdesc, 3, &isnull));
@@ -511,7 +517,7 @@ check_existing_group(text *name, PgqMode mode, text *query, int block_size,
 
 /*
  * Fill *group from a row of (group_id, mode, created_at, lease, max_attempts,
- * group_name, state).
+ * group_name, state, kind, backoff, max_backoff).
  */
 static void
 group_from_tuple(HeapTuple tuple, TupleDesc tupdesc, PgqGroup *group)
@@ -527,6 +533,10 @@ group_from_tuple(HeapTuple tuple, TupleDesc tupdesc, PgqGroup *group)
 	group->max_attempts = DatumGetInt32(SPI_getbinval(tuple, tupdesc, 5, &isnull));
 	strlcpy(group->name, SPI_getvalue(tuple, tupdesc, 6), sizeof(group->name));
 	group->state = pgq_parse_state(SPI_getvalue(tuple, tupdesc, 7));
+	group->kind = strcmp(SPI_getvalue(tuple, tupdesc, 8), "queue") == 0 ?
+		PGQ_KIND_QUEUE : PGQ_KIND_QUERY;
+	group->backoff = *DatumGetIntervalP(SPI_getbinval(tuple, tupdesc, 9, &isnull));
+	group->max_backoff = *DatumGetIntervalP(SPI_getbinval(tuple, tupdesc, 10, &isnull));
 }
 
 /* Look a group up by name, inside SPI; an error if it does not exist. */
@@ -542,7 +552,7 @@ pgq_lookup_group(text *name, PgqGroup *group)
 		Oid			argtypes[1] = {TEXTOID};
 
 		plan = pgq_keep_plan("SELECT group_id, mode, created_at, lease, max_attempts, "
-							 "group_name, state "
+							 "group_name, state, kind, backoff, max_backoff "
 							 "FROM pgq.groups WHERE group_name " OP("=") " $1",
 							 1, argtypes);
 	}
@@ -574,7 +584,8 @@ pgq_lookup_block(int64 block_id, PgqGroup *group)
 		Oid			argtypes[1] = {INT8OID};
 
 		plan = pgq_keep_plan("SELECT g.group_id, g.mode, g.created_at, g.lease, "
-							 "g.max_attempts, g.group_name, g.state "
+							 "g.max_attempts, g.group_name, g.state, g.kind, "
+							 "g.backoff, g.max_backoff "
 							 "FROM pgq.blocks b JOIN pgq.groups g "
 							 "ON g.group_id " OP("=") " b.group_id "
 							 "WHERE b.block_id " OP("=") " $1",
@@ -584,6 +595,39 @@ pgq_lookup_block(int64 block_id, PgqGroup *group)
 	rc = SPI_execute_plan(plan, values, NULL, false, 1);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "could not read block: %s", SPI_result_code_string(rc));
+	if (SPI_processed == 0)
+		return false;
+	group_from_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, group);
+	return true;
+}
+
+/*
+ * Look up the queue of an item, inside SPI.  False if there is no such item
+ * (never made, or removed by retention or a drop).
+ */
+bool
+pgq_lookup_item(int64 item_id, PgqGroup *group)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		values[1];
+	int			rc;
+
+	if (plan == NULL)
+	{
+		Oid			argtypes[1] = {INT8OID};
+
+		plan = pgq_keep_plan("SELECT g.group_id, g.mode, g.created_at, g.lease, "
+							 "g.max_attempts, g.group_name, g.state, g.kind, "
+							 "g.backoff, g.max_backoff "
+							 "FROM pgq.items i JOIN pgq.groups g "
+							 "ON g.group_id " OP("=") " i.group_id "
+							 "WHERE i.item_id " OP("=") " $1",
+							 1, argtypes);
+	}
+	values[0] = Int64GetDatum(item_id);
+	rc = SPI_execute_plan(plan, values, NULL, false, 1);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "could not read item: %s", SPI_result_code_string(rc));
 	if (SPI_processed == 0)
 		return false;
 	group_from_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, group);
@@ -759,6 +803,11 @@ pgq_drop_group(PG_FUNCTION_ARGS)
 							   1, argtypes, values, NULL, false, 0);
 	if (rc != SPI_OK_DELETE)
 		elog(ERROR, "could not delete blocks: %s", SPI_result_code_string(rc));
+	rc = SPI_execute_with_args("DELETE FROM pgq.items "
+							   "WHERE group_id " OP("=") " $1",
+							   1, argtypes, values, NULL, false, 0);
+	if (rc != SPI_OK_DELETE)
+		elog(ERROR, "could not delete items: %s", SPI_result_code_string(rc));
 
 	SPI_finish();
 	PG_RETURN_BOOL(true);

@@ -55,6 +55,25 @@ pgq_lease_durable(void)
 	}
 }
 
+/*
+ * A lease claim outside a transaction block: make its commit asynchronous
+ * (complete, release and fail put the setting back).
+ */
+void
+pgq_lease_claim_async(void)
+{
+	if (!IsTransactionBlock() && !async_claim_xact)
+	{
+		const char *current = GetConfigOption("synchronous_commit", false, false);
+
+		strlcpy(sync_commit_before, current, sizeof(sync_commit_before));
+		(void) set_config_option("synchronous_commit", "off",
+								 PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_LOCAL, true, 0, false);
+		async_claim_xact = true;
+	}
+}
+
 /* The transaction ended: a new one starts with its own setting. */
 void
 pgq_lease_xact_end(void)
@@ -183,16 +202,7 @@ pgq_lease_claim(const PgqGroup *group, int max_blocks, ClaimedBlock *blocks,
 	int			n;
 	int			got;
 
-	if (!IsTransactionBlock() && !async_claim_xact)
-	{
-		const char *current = GetConfigOption("synchronous_commit", false, false);
-
-		strlcpy(sync_commit_before, current, sizeof(sync_commit_before));
-		(void) set_config_option("synchronous_commit", "off",
-								 PGC_USERSET, PGC_S_SESSION,
-								 GUC_ACTION_LOCAL, true, 0, false);
-		async_claim_xact = true;
-	}
+	pgq_lease_claim_async();
 
 	/*
 	 * Each batch is remembered as soon as it is taken, so that an error in a

@@ -203,6 +203,27 @@ pgq_check_timeout(const Interval *timeout)
 				 errhint("Pass NULL for no timeout.")));
 }
 
+/* A duration argument: 0 to 366 days, without months. */
+void
+pgq_check_duration(const char *argname, const Interval *span)
+{
+	if (!duration_within(span, 0))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be between 0 and 366 days, without months",
+						argname),
+				 errdetail("The value given is %s.",
+						   DatumGetCString(DirectFunctionCall1(interval_out,
+															   IntervalPGetDatum(span))))));
+}
+
+/* A duration checked by duration_within(), in microseconds. */
+int64
+pgq_duration_usecs(const Interval *span)
+{
+	return span->time + (int64) span->day * USECS_PER_DAY;
+}
+
 /* A duration checked by duration_within(), in milliseconds. */
 int64
 pgq_interval_ms(const Interval *span)

@@ -47,23 +47,37 @@ typedef enum PgqGroupState
 	PGQ_GROUP_FAILED
 } PgqGroupState;
 
+/* What a group holds: a query's ids in blocks, or enqueued items. */
+typedef enum PgqGroupKind
+{
+	PGQ_KIND_QUERY,
+	PGQ_KIND_QUEUE
+} PgqGroupKind;
+
 /* A group's definition, as claims and block operations need it. */
 typedef struct PgqGroup
 {
 	PgqGroupRef ref;
+	PgqGroupKind kind;
 	PgqGroupState state;
 	char		name[PGQ_MAX_GROUP_NAME_LEN * 4 + 1];	/* in the server encoding */
 	PgqMode		mode;
 	Interval	lease;
 	int32		max_attempts;
+	Interval	backoff;		/* queues: the first retry's delay */
+	Interval	max_backoff;	/* queues: the longest retry delay */
 } PgqGroup;
 
-/* A claimed block, as pgq.claim() returns it. */
+/* A claimed block or item, as pgq.claim() returns it. */
 typedef struct ClaimedBlock
 {
 	int64		block_id;
 	int32		attempt;
-	Datum		ids;			/* bigint[] */
+	Datum		ids;			/* bigint[]; (Datum) 0 for an item */
+	Datum		payload;		/* items: jsonb, or (Datum) 0 for NULL */
+	Datum		data;			/* items: bytea, or (Datum) 0 for NULL */
+	Datum		key;			/* items: text, or (Datum) 0 for NULL */
+	int32		priority;		/* items: the claim order */
 } ClaimedBlock;
 
 /* pgq.blocks.state of a block claimed under a lease (see pgq--0.1.sql) */
@@ -111,6 +125,8 @@ extern void pgq_check_not_in_recovery(const char *what);
 extern void pgq_check_lease(const Interval *lease);
 extern void pgq_check_retry_after(const Interval *retry_after);
 extern void pgq_check_timeout(const Interval *timeout);
+extern void pgq_check_duration(const char *argname, const Interval *span);
+extern int64 pgq_duration_usecs(const Interval *span);
 extern PgqMode pgq_parse_mode(const char *mode);
 extern const char *pgq_mode_name(PgqMode mode);
 extern PgqGroupState pgq_parse_state(const char *state);
@@ -132,8 +148,11 @@ extern void pgq_mark_ready(int64 group_id, int64 total_ids,
 extern void pgq_invalidate_block_plans(void);
 extern void pgq_lookup_group(text *name, PgqGroup *group);
 extern bool pgq_lookup_block(int64 block_id, PgqGroup *group);
+extern bool pgq_lookup_item(int64 item_id, PgqGroup *group);
 
 /* claim.c */
+extern void pgq_check_claim_context(PgqMode mode);
+extern TimestampTz pgq_wait_deadline(Interval *wait);
 extern int	pgq_compare_claimed(const void *a, const void *b);
 extern int	pgq_claimed_from_spi(ClaimedBlock *blocks, int attempt_col,
 								 int state_col, MemoryContext cxt);
@@ -150,6 +169,7 @@ extern bool pgq_lease_fail(const PgqGroup *group, int64 block_id,
 extern bool pgq_lease_extend(const PgqGroup *group, int64 block_id,
 							 int32 attempt, Interval *lease);
 extern void pgq_lease_durable(void);
+extern void pgq_lease_claim_async(void);
 extern void pgq_lease_xact_end(void);
 
 /* wait.c */
@@ -175,6 +195,19 @@ extern void pgq_advisory_undo_claim(int64 block_id);
 extern void pgq_advisory_forget_block(int64 block_id);
 extern void pgq_forget_dead_workers(void);
 
+/* queue.c */
+extern int	pgq_queue_claim(const PgqGroup *group, int max_items,
+							ClaimedBlock *items, MemoryContext cxt);
+extern bool pgq_queue_complete(const PgqGroup *group, int64 item_id,
+							   FunctionCallInfo fcinfo);
+extern bool pgq_queue_release(const PgqGroup *group, int64 item_id,
+							  FunctionCallInfo fcinfo);
+extern bool pgq_queue_fail(const PgqGroup *group, int64 item_id,
+						   FunctionCallInfo fcinfo, text *error,
+						   Interval *retry_after);
+extern bool pgq_queue_extend(const PgqGroup *group, int64 item_id,
+							 int32 attempt, Interval *lease);
+
 /* materialize.c */
 extern void pgq_materialize_init(void);
 extern void pgq_start_materialization(int64 group_id);
@@ -197,6 +230,7 @@ extern bool pgq_claimed_get(const PgqGroupRef *group, int64 *claimed);
 extern void pgq_group_forget(Oid dbid, int64 group_id);
 extern bool pgq_no_claims_by_others(const PgqGroupRef *group, int64 own);
 extern bool pgq_full_scan_due(const PgqGroupRef *group, int64 own);
+struct Latch;
 extern void pgq_launcher_latch_set(struct Latch *latch);
 extern bool pgq_launcher_wake(void);
 extern bool pgq_advisory_locks_take(int limit);
@@ -212,6 +246,7 @@ extern void pgq_xact_remember_lease(const PgqGroupRef *group,
 extern void pgq_xact_remember_drop(const PgqGroupRef *group);
 extern void pgq_xact_unlock_at_commit(const PgqGroupRef *group, int64 block_id);
 extern bool pgq_xact_unlocking(int64 block_id);
+extern bool pgq_xact_claimed(int64 block_id);
 extern void pgq_xact_wake_at_commit(const PgqGroupRef *group);
 extern void pgq_xact_remember_advisory(const PgqGroupRef *group,
 									   int64 block_id);

@@ -249,19 +249,23 @@ pgq_launcher_main(Datum arg)
 }
 
 /*
- * Wake the waiting claims of groups that have leases run out or retries
- * come due: no transaction announces those.
+ * Wake the waiting claims of groups that have leases run out, retries come
+ * due or delayed items come due: no transaction announces those.
  */
 static void
 wake_due_groups(void)
 {
 	int			rc;
 
-	rc = SPI_execute("SELECT DISTINCT g.group_id, g.created_at "
-					 "FROM pgq.groups g JOIN pgq.blocks b "
-					 "ON b.group_id " OP("=") " g.group_id "
-					 "WHERE b.state " OP("=") " ANY ('{c,r}'::pg_catalog.\"char\"[]) "
-					 "AND b.lease_until " OP("<=") " pg_catalog.now()",
+	rc = SPI_execute("SELECT g.group_id, g.created_at FROM pgq.groups g "
+					 "WHERE EXISTS (SELECT FROM pgq.blocks b "
+					 "WHERE b.group_id " OP("=") " g.group_id "
+					 "AND b.state " OP("=") " ANY ('{c,r}'::pg_catalog.\"char\"[]) "
+					 "AND b.lease_until " OP("<=") " pg_catalog.now()) "
+					 "OR EXISTS (SELECT FROM pgq.items i "
+					 "WHERE i.group_id " OP("=") " g.group_id "
+					 "AND i.state " OP("=") " ANY ('{c,r}'::pg_catalog.\"char\"[]) "
+					 "AND i.due_at " OP("<=") " pg_catalog.now())",
 					 true, 0);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "could not read due blocks: %s", SPI_result_code_string(rc));
@@ -346,6 +350,7 @@ fail_dead_materializations(void)
  * groups, with their blocks, once pgq.retention has passed since.  A group
  * counts as drained when no block of it is left, not even a dead-lettered
  * one: those wait for a person.  A removed group's name is free again.
+ * Queues are not removed; their done and dead items are, with their keys.
  */
 static void
 apply_retention(void)
@@ -356,7 +361,8 @@ apply_retention(void)
 
 	rc = SPI_execute("UPDATE pgq.groups g "
 					 "SET finished_at = pg_catalog.clock_timestamp() "
-					 "WHERE g.state " OP("=") " 'ready' AND g.finished_at IS NULL "
+					 "WHERE g.kind " OP("=") " 'query' "
+					 "AND g.state " OP("=") " 'ready' AND g.finished_at IS NULL "
 					 "AND NOT EXISTS (SELECT FROM pgq.blocks b "
 					 "WHERE b.group_id " OP("=") " g.group_id)",
 					 false, 0);
@@ -365,7 +371,20 @@ apply_retention(void)
 	if (pgq_retention == 0)
 		return;
 
+	/* queues stay; their finished items go */
 	values[0] = Int32GetDatum(pgq_retention);
+	rc = SPI_execute_with_args("DELETE FROM pgq.items "
+							   "WHERE state " OP("=") " ANY ('{d,f}'::pg_catalog.\"char\"[]) "
+							   "AND finished_at " OP("<") " (pg_catalog.now() "
+							   OP("-") " pg_catalog.make_interval(secs => $1))",
+							   1, argtypes, values, NULL, false, 0);
+	if (rc != SPI_OK_DELETE)
+		elog(ERROR, "could not delete items: %s", SPI_result_code_string(rc));
+	if (SPI_processed > 0)
+		ereport(LOG,
+				(errmsg("pgq: removed " UINT64_FORMAT " finished items past pgq.retention",
+						SPI_processed)));
+
 	rc = SPI_execute_with_args("DELETE FROM pgq.groups "
 							   "WHERE finished_at " OP("<") " (pg_catalog.now() "
 							   OP("-") " pg_catalog.make_interval(secs => $1)) "

@@ -189,6 +189,18 @@ pgq_xact_wake_at_commit(const PgqGroupRef *group)
 	add_record(group, PG_INT64_MAX, PGQ_REC_WAKE);
 }
 
+/* Did this transaction (or a live subtransaction) claim block_id in transaction mode? */
+bool
+pgq_xact_claimed(int64 block_id)
+{
+	for (int i = 0; i < nclaims; i++)
+	{
+		if (claims[i].kind == PGQ_REC_CLAIM && claims[i].block_id == block_id)
+			return true;
+	}
+	return false;
+}
+
 /* Will block_id be unlocked when this transaction commits? */
 bool
 pgq_xact_unlocking(int64 block_id)

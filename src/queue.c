@@ -1,0 +1,1262 @@
+/*-------------------------------------------------------------------------
+ *
+ * queue.c
+ *	  Queues: items that producers enqueue, with payloads, keys, priorities,
+ *	  delays, retries with backoff, dead-letter and results.
+ *
+ * A queue is a group of kind 'queue' (pgq.create_queue) whose work is rows
+ * of pgq.items, one per enqueued item.  Items are claimed highest priority
+ * first, then in the order they were enqueued, through the same pgq.claim()
+ * as blocks, in lease or transaction mode:
+ *
+ *	- lease: a claim commits state 'c' with a deadline and counts an attempt;
+ *	  pgq.complete() stores the result and marks the item done ('d'),
+ *	  pgq.fail() schedules a retry ('r') after a backoff, or dead-letters the
+ *	  item ('f') once max_attempts are used up, and pgq.release() hands it
+ *	  back.  A lease that runs out counts as a failed attempt.
+ *	- transaction: a claim marks the item done in the claiming transaction;
+ *	  COMMIT keeps that, ROLLBACK gives the item back.  pgq.complete() and
+ *	  pgq.fail() in that transaction store a result or turn it into a retry.
+ *
+ * Delayed items and retries wait in state 'r' until due_at; expired leases
+ * stay 'c'.  A claim first moves the due ones back to pending (or to
+ * dead-letter), so that they take their place in priority order.
+ *
+ * A key is unique per queue, through a unique index: however enqueues race,
+ * one inserts and the others find its item.  Done and dead items keep their
+ * keys until retention removes them (see worker.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/lsyscache.h"
+#include "utils/timestamp.h"
+#if PG_VERSION_NUM >= 150000
+#include "common/pg_prng.h"
+#endif
+
+#include "pgq.h"
+
+/* Limits on user input. */
+#define PGQ_MAX_KEY_BYTES	1024
+#define PGQ_MAX_PRIORITY	32767
+
+/* At most this many due items are moved back to pending by one claim. */
+#define PGQ_PROMOTE_LIMIT	1000
+
+PG_FUNCTION_INFO_V1(pgq_create_queue);
+PG_FUNCTION_INFO_V1(pgq_enqueue);
+PG_FUNCTION_INFO_V1(pgq_enqueue_many);
+PG_FUNCTION_INFO_V1(pgq_complete_many);
+PG_FUNCTION_INFO_V1(pgq_retry);
+PG_FUNCTION_INFO_V1(pgq_retry_key);
+PG_FUNCTION_INFO_V1(pgq_result);
+
+/*
+ * Appends one entry to an item's error history: what failed, at which
+ * attempt and when ($err, $at).
+ */
+#define APPEND_ERROR(err, at) \
+	"errors = COALESCE(errors, '[]'::pg_catalog.jsonb) " OP("||") " " \
+	"pg_catalog.jsonb_build_array(pg_catalog.jsonb_build_object(" \
+	"'attempt', attempt, 'error', " err ", 'at', " at ")) "
+
+/* The item held under attempt $3, in queue $1. */
+#define HELD_ITEM \
+	"WHERE group_id " OP("=") " $1 AND item_id " OP("=") " $2 " \
+	"AND state " OP("=") " 'c' AND attempt " OP("=") " $3"
+
+/* The item claimed by the calling transaction (transaction mode). */
+#define OWN_ITEM \
+	"WHERE group_id " OP("=") " $1 AND item_id " OP("=") " $2 " \
+	"AND state " OP("=") " 'd'"
+
+/* Look up a queue by name; an error if there is none, or it is a query group. */
+static void
+lookup_queue(text *name, PgqGroup *group)
+{
+	pgq_lookup_group(name, group);
+	if (group->kind != PGQ_KIND_QUEUE)
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("\"%s\" is a query group, not a queue", group->name),
+				 errhint("Query groups take their ids from their query; create a queue with pgq.create_queue().")));
+}
+
+/*
+ * pgq.create_queue(group_name, mode, lease, max_attempts, backoff,
+ *					max_backoff) -> boolean
+ *
+ * True for the caller that created the queue, false for callers that find
+ * it with the same settings; other settings under the name are an error.
+ */
+Datum
+pgq_create_queue(PG_FUNCTION_ARGS)
+{
+	const char *argnames[] = {"group_name", "mode", "lease", "max_attempts",
+	"backoff", "max_backoff"};
+	text	   *name;
+	PgqMode		mode;
+	Oid			argtypes[6] = {TEXTOID, TEXTOID, INTERVALOID, INT4OID,
+	INTERVALOID, INTERVALOID};
+	Datum		values[7];
+	int			rc;
+
+	for (int i = 0; i < 6; i++)
+		pgq_check_arg_not_null(fcinfo, i, argnames[i]);
+	name = PG_GETARG_TEXT_PP(0);
+	pgq_check_name(name);
+	mode = pgq_parse_mode(text_to_cstring(PG_GETARG_TEXT_PP(1)));
+	if (mode == PGQ_MODE_ADVISORY)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("queues do not have advisory mode"),
+				 errdetail("An item's state and result are rows, so claims of items write anyway; advisory mode only pays off for blocks."),
+				 errhint("Use mode => 'lease' or mode => 'transaction'.")));
+	pgq_check_lease(PG_GETARG_INTERVAL_P(2));
+	if (PG_GETARG_INT32(3) < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("max_attempts must be at least 1"),
+				 errdetail("The value given is %d.", PG_GETARG_INT32(3))));
+	pgq_check_duration("backoff", PG_GETARG_INTERVAL_P(4));
+	pgq_check_duration("max_backoff", PG_GETARG_INTERVAL_P(5));
+	pgq_check_not_in_recovery("create a queue");
+
+	for (int i = 0; i < 6; i++)
+		values[i] = PG_GETARG_DATUM(i);
+	values[1] = CStringGetTextDatum(pgq_mode_name(mode));
+
+	SPI_connect();
+	for (;;)
+	{
+		HeapTuple	tuple;
+		TupleDesc	tupdesc;
+		bool		isnull;
+
+		CHECK_FOR_INTERRUPTS();
+		rc = SPI_execute_with_args("INSERT INTO pgq.groups "
+								   "(group_name, kind, mode, block_size, state, "
+								   "owner, search_path, settings, lease, "
+								   "max_attempts, backoff, max_backoff, "
+								   "total_ids, total_blocks, ready_at) "
+								   "VALUES ($1, 'queue', $2, 1, 'ready', "
+								   "pg_catalog.current_user()::pg_catalog.regrole, "
+								   "pg_catalog.current_setting('search_path'), "
+								   "'{}', $3, $4, $5, $6, 0, 0, "
+								   "pg_catalog.clock_timestamp()) "
+								   "ON CONFLICT (group_name) DO NOTHING",
+								   6, argtypes, values, NULL, false, 0);
+		if (rc != SPI_OK_INSERT)
+			elog(ERROR, "could not insert a queue: %s", SPI_result_code_string(rc));
+		if (SPI_processed == 1)
+		{
+			SPI_finish();
+			PG_RETURN_BOOL(true);
+		}
+
+		/* the name is taken: by the same queue? */
+		rc = SPI_execute_with_args("SELECT kind, mode " OP("=") " $2, "
+								   "lease " OP("=") " $3 "
+								   "AND max_attempts " OP("=") " $4 "
+								   "AND backoff " OP("=") " $5 "
+								   "AND max_backoff " OP("=") " $6 "
+								   "FROM pgq.groups WHERE group_name " OP("=") " $1",
+								   6, argtypes, values, NULL, false, 1);
+		if (rc != SPI_OK_SELECT)
+			elog(ERROR, "could not read group: %s", SPI_result_code_string(rc));
+		if (SPI_processed == 0)
+			continue;			/* dropped meanwhile: try again */
+		tuple = SPI_tuptable->vals[0];
+		tupdesc = SPI_tuptable->tupdesc;
+		if (strcmp(SPI_getvalue(tuple, tupdesc, 1), "queue") != 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+					 errmsg("\"%s\" is a query group, not a queue",
+							text_to_cstring(name)),
+					 errhint("Use another name, or drop the group first with pgq.drop_group().")));
+		if (!DatumGetBool(SPI_getbinval(tuple, tupdesc, 2, &isnull)) ||
+			!DatumGetBool(SPI_getbinval(tuple, tupdesc, 3, &isnull)))
+			ereport(ERROR,
+					(errcode(ERRCODE_DUPLICATE_OBJECT),
+					 errmsg("queue \"%s\" already exists with other settings",
+							text_to_cstring(name)),
+					 errhint("See pgq.queue_stats for its settings, or drop it first with pgq.drop_group().")));
+		SPI_finish();
+		PG_RETURN_BOOL(false);
+	}
+}
+
+/* Check an item's priority. */
+static void
+check_priority(int32 priority)
+{
+	if (priority < 0 || priority > PGQ_MAX_PRIORITY)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("priority must be between 0 and %d", PGQ_MAX_PRIORITY),
+				 errdetail("The value given is %d.", priority),
+				 errhint("Higher priorities are claimed first; 0 is the default.")));
+}
+
+/* Check an item's key. */
+static void
+check_key(text *key)
+{
+	if (VARSIZE_ANY_EXHDR(key) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("key must not be empty"),
+				 errhint("Pass NULL for an item without a key.")));
+	if (VARSIZE_ANY_EXHDR(key) > PGQ_MAX_KEY_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
+				 errmsg("key is too long"),
+				 errdetail("The key has %zu bytes; the limit is %d.",
+						   VARSIZE_ANY_EXHDR(key), PGQ_MAX_KEY_BYTES),
+				 errhint("Use a hash of the key, such as md5(key).")));
+}
+
+/* The error for an item without payload and data. */
+static void
+report_no_payload(void)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+			 errmsg("an item needs a payload or data"),
+			 errhint("Pass payload => jsonb, data => bytea, or both.")));
+}
+
+/*
+ * Is an item enqueued with run_at pending at once?  Otherwise it waits in
+ * state 'r' until then.
+ */
+static bool
+due_now(bool has_run_at, TimestampTz run_at)
+{
+	return !has_run_at || run_at <= GetCurrentTransactionStartTimestamp();
+}
+
+/*
+ * Insert one item unless the queue holds its key; returns its id, or 0 if
+ * the key is taken (waiting first for the inserter of the key, if that has
+ * not committed yet).
+ */
+static int64
+insert_item(const PgqGroup *group, Datum payload, bool no_payload,
+			text *key, int32 priority, Datum run_at, bool no_run_at,
+			Datum data, bool no_data)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		values[7];
+	char		nulls[7] = "       ";
+	bool		pending = due_now(!no_run_at, DatumGetTimestampTz(run_at));
+	bool		isnull;
+	int			rc;
+
+	if (plan == NULL)
+	{
+		Oid			argtypes[7] = {INT8OID, TEXTOID, INT4OID, CHAROID,
+		TIMESTAMPTZOID, JSONBOID, BYTEAOID};
+
+		plan = pgq_keep_plan("INSERT INTO pgq.items "
+							 "(group_id, item_id, key, priority, state, due_at, "
+							 "payload, data) "
+							 "VALUES ($1, pg_catalog.nextval('pgq.block_id_seq'), "
+							 "$2, $3, $4, $5, $6, $7) "
+							 "ON CONFLICT (group_id, key) WHERE key IS NOT NULL "
+							 "DO NOTHING RETURNING item_id",
+							 7, argtypes);
+	}
+	values[0] = Int64GetDatum(group->ref.group_id);
+	values[1] = PointerGetDatum(key);
+	nulls[1] = key == NULL ? 'n' : ' ';
+	values[2] = Int32GetDatum(priority);
+	values[3] = CharGetDatum(pending ? 'p' : 'r');
+	values[4] = run_at;
+	nulls[4] = pending ? 'n' : ' ';
+	values[5] = payload;
+	nulls[5] = no_payload ? 'n' : ' ';
+	values[6] = data;
+	nulls[6] = no_data ? 'n' : ' ';
+	rc = SPI_execute_plan(plan, values, nulls, false, 0);
+	if (rc != SPI_OK_INSERT_RETURNING)
+		elog(ERROR, "could not insert an item: %s", SPI_result_code_string(rc));
+	if (SPI_processed == 0)
+		return 0;
+	if (pending)
+	{
+		pgq_xact_wake_at_commit(&group->ref);
+		pgq_notify_group(group->name);
+	}
+	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+									   SPI_tuptable->tupdesc, 1, &isnull));
+}
+
+/* The id of the queue's item with this key, or 0 if there is none. */
+static int64
+item_with_key(const PgqGroup *group, text *key)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		values[2];
+	bool		isnull;
+	int			rc;
+
+	if (plan == NULL)
+	{
+		Oid			argtypes[2] = {INT8OID, TEXTOID};
+
+		plan = pgq_keep_plan("SELECT item_id FROM pgq.items "
+							 "WHERE group_id " OP("=") " $1 AND key " OP("=") " $2",
+							 2, argtypes);
+	}
+	values[0] = Int64GetDatum(group->ref.group_id);
+	values[1] = PointerGetDatum(key);
+	rc = SPI_execute_plan(plan, values, NULL, false, 1);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "could not read items: %s", SPI_result_code_string(rc));
+	if (SPI_processed == 0)
+		return 0;
+	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+									   SPI_tuptable->tupdesc, 1, &isnull));
+}
+
+/*
+ * Enqueue one item, or find the item of its key: the insert that loses a
+ * race for a key waits for the winner, then finds its item.  Should that be
+ * removed in between, insert again.
+ */
+static int64
+enqueue_one(const PgqGroup *group, Datum payload, bool no_payload,
+			text *key, int32 priority, Datum run_at, bool no_run_at,
+			Datum data, bool no_data)
+{
+	for (;;)
+	{
+		int64		id;
+
+		CHECK_FOR_INTERRUPTS();
+		id = insert_item(group, payload, no_payload, key, priority, run_at,
+						 no_run_at, data, no_data);
+		if (id == 0)
+			id = item_with_key(group, key);
+		if (id != 0)
+			return id;
+	}
+}
+
+/*
+ * pgq.enqueue(group_name, payload, key, priority, run_at, data) -> bigint
+ *
+ * The new item's id; for a key the queue holds already, that item's id,
+ * adding nothing.
+ */
+Datum
+pgq_enqueue(PG_FUNCTION_ARGS)
+{
+	PgqGroup	group;
+	text	   *key = PG_ARGISNULL(2) ? NULL : PG_GETARG_TEXT_PP(2);
+	int32		priority;
+	int64		id;
+
+	pgq_check_arg_not_null(fcinfo, 0, "group_name");
+	pgq_check_arg_not_null(fcinfo, 3, "priority");
+	pgq_check_name(PG_GETARG_TEXT_PP(0));
+	if (PG_ARGISNULL(1) && PG_ARGISNULL(5))
+		report_no_payload();
+	if (key != NULL)
+		check_key(key);
+	priority = PG_GETARG_INT32(3);
+	check_priority(priority);
+	pgq_check_not_in_recovery("enqueue");
+
+	SPI_connect();
+	lookup_queue(PG_GETARG_TEXT_PP(0), &group);
+	id = enqueue_one(&group, PG_GETARG_DATUM(1), PG_ARGISNULL(1), key,
+					 priority, PG_GETARG_DATUM(4), PG_ARGISNULL(4),
+					 PG_GETARG_DATUM(5), PG_ARGISNULL(5));
+	SPI_finish();
+	PG_RETURN_INT64(id);
+}
+
+/* Elements of a one-dimensional array argument, or n = -1 if it is NULL. */
+typedef struct ArgArray
+{
+	Datum	   *values;
+	bool	   *nulls;
+	int			n;
+} ArgArray;
+
+static void
+get_arg_array(FunctionCallInfo fcinfo, int argno, const char *argname,
+			  Oid elemtype, ArgArray *out)
+{
+	ArrayType  *array;
+	int16		typlen;
+	bool		typbyval;
+	char		typalign;
+
+	out->n = -1;
+	if (PG_ARGISNULL(argno))
+		return;
+	array = PG_GETARG_ARRAYTYPE_P(argno);
+	if (ARR_NDIM(array) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("%s must be a one-dimensional array", argname)));
+	get_typlenbyvalalign(elemtype, &typlen, &typbyval, &typalign);
+	deconstruct_array(array, elemtype, typlen, typbyval, typalign,
+					  &out->values, &out->nulls, &out->n);
+}
+
+/*
+ * pgq.enqueue_many(group_name, payloads, keys, priority, run_at, data)
+ *	  -> bigint[]
+ *
+ * Enqueue an item per element, in one statement: the arrays that are given
+ * must have the same length.  Returns the items' ids in the order given; a
+ * key the queue holds already (or that comes twice) gives the existing
+ * item's id.
+ */
+Datum
+pgq_enqueue_many(PG_FUNCTION_ARGS)
+{
+	PgqGroup	group;
+	ArgArray	payloads;
+	ArgArray	keys;
+	ArgArray	data;
+	int			n = -1;
+	int32		priority;
+	bool		pending;
+	int64	   *ids;
+	Datum	   *result;
+	Oid			argtypes[7] = {INT8OID, JSONBARRAYOID, TEXTARRAYOID, INT4OID,
+	CHAROID, TIMESTAMPTZOID, BYTEAARRAYOID};
+	Datum		values[7];
+	char		nulls[7] = "       ";
+	int			rc;
+
+	pgq_check_arg_not_null(fcinfo, 0, "group_name");
+	pgq_check_arg_not_null(fcinfo, 3, "priority");
+	pgq_check_name(PG_GETARG_TEXT_PP(0));
+	priority = PG_GETARG_INT32(3);
+	check_priority(priority);
+	get_arg_array(fcinfo, 1, "payloads", JSONBOID, &payloads);
+	get_arg_array(fcinfo, 2, "keys", TEXTOID, &keys);
+	get_arg_array(fcinfo, 5, "data", BYTEAOID, &data);
+	if (payloads.n < 0 && data.n < 0)
+		report_no_payload();
+	n = Max(payloads.n, data.n);
+	if ((payloads.n >= 0 && payloads.n != n) || (data.n >= 0 && data.n != n) ||
+		(keys.n >= 0 && keys.n != n))
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("payloads, keys and data must have the same number of elements")));
+	for (int i = 0; i < n; i++)
+	{
+		if ((payloads.n < 0 || payloads.nulls[i]) && (data.n < 0 || data.nulls[i]))
+			report_no_payload();
+		if (keys.n >= 0 && !keys.nulls[i])
+			check_key(DatumGetTextPP(keys.values[i]));
+	}
+	pgq_check_not_in_recovery("enqueue");
+	if (n == 0)
+		PG_RETURN_ARRAYTYPE_P(construct_empty_array(INT8OID));
+
+	SPI_connect();
+	lookup_queue(PG_GETARG_TEXT_PP(0), &group);
+	pending = due_now(!PG_ARGISNULL(4), PG_GETARG_TIMESTAMPTZ(4));
+
+	/*
+	 * Ids are drawn before the insert, so that each input row knows its own:
+	 * an input row that gets none back lost a key to an existing item.
+	 */
+	values[0] = Int64GetDatum(group.ref.group_id);
+	values[1] = PG_GETARG_DATUM(1);
+	nulls[1] = PG_ARGISNULL(1) ? 'n' : ' ';
+	values[2] = PG_GETARG_DATUM(2);
+	nulls[2] = PG_ARGISNULL(2) ? 'n' : ' ';
+	values[3] = Int32GetDatum(priority);
+	values[4] = CharGetDatum(pending ? 'p' : 'r');
+	values[5] = PG_GETARG_DATUM(4);
+	nulls[5] = pending ? 'n' : ' ';
+	values[6] = PG_GETARG_DATUM(5);
+	nulls[6] = PG_ARGISNULL(5) ? 'n' : ' ';
+	rc = SPI_execute_with_args("WITH input AS MATERIALIZED ("
+							   " SELECT u.p, u.k, u.d, u.n, "
+							   " pg_catalog.nextval('pgq.block_id_seq') AS id "
+							   " FROM ROWS FROM (pg_catalog.unnest($2), "
+							   " pg_catalog.unnest($3), pg_catalog.unnest($7)) "
+							   " WITH ORDINALITY AS u (p, k, d, n)), "
+							   "ins AS ("
+							   " INSERT INTO pgq.items "
+							   " (group_id, item_id, key, priority, state, due_at, "
+							   " payload, data) "
+							   " SELECT $1, id, k, $4, $5, $6, p, d FROM input "
+							   " ORDER BY n "
+							   " ON CONFLICT (group_id, key) WHERE key IS NOT NULL "
+							   " DO NOTHING RETURNING item_id) "
+							   "SELECT ins.item_id FROM input "
+							   "LEFT JOIN ins ON ins.item_id " OP("=") " input.id "
+							   "ORDER BY input.n",
+							   7, argtypes, values, nulls, false, 0);
+	if (rc != SPI_OK_SELECT || SPI_processed != (uint64) n)
+		elog(ERROR, "could not insert items: %s", SPI_result_code_string(rc));
+
+	ids = palloc(n * sizeof(int64));
+	for (int i = 0; i < n; i++)
+	{
+		bool		isnull;
+
+		ids[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i],
+											 SPI_tuptable->tupdesc, 1, &isnull));
+		if (isnull)
+			ids[i] = 0;
+	}
+
+	/* keys that were taken: the items that hold them, one statement each */
+	for (int i = 0; i < n; i++)
+	{
+		CHECK_FOR_INTERRUPTS();
+		if (ids[i] == 0)
+			ids[i] = enqueue_one(&group,
+								 payloads.n < 0 ? (Datum) 0 : payloads.values[i],
+								 payloads.n < 0 || payloads.nulls[i],
+								 DatumGetTextPP(keys.values[i]), priority,
+								 PG_GETARG_DATUM(4), PG_ARGISNULL(4),
+								 data.n < 0 ? (Datum) 0 : data.values[i],
+								 data.n < 0 || data.nulls[i]);
+	}
+	if (pending)
+	{
+		pgq_xact_wake_at_commit(&group.ref);
+		pgq_notify_group(group.name);
+	}
+	SPI_finish();
+
+	result = palloc(n * sizeof(Datum));
+	for (int i = 0; i < n; i++)
+		result[i] = Int64GetDatum(ids[i]);
+	PG_RETURN_ARRAYTYPE_P(construct_array(result, n, INT8OID, sizeof(int64),
+										  FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+}
+
+/*
+ * Move the queue's due items back to pending: delayed items and retries
+ * whose time came, and claims whose lease ran out, which count as a failed
+ * attempt and are dead-lettered if that was the last one.  Items locked by
+ * others are left to them.
+ */
+static void
+promote_due(const PgqGroup *group, TimestampTz now)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		values[4];
+	int			rc;
+
+	if (plan == NULL)
+	{
+		Oid			argtypes[4] = {INT8OID, TIMESTAMPTZOID, INT4OID, INT4OID};
+
+		plan = pgq_keep_plan("UPDATE pgq.items i SET "
+							 "state = CASE WHEN i.state " OP("=") " 'c' "
+							 "AND i.attempt " OP(">=") " $3 "
+							 "THEN 'f'::pg_catalog.\"char\" "
+							 "ELSE 'p'::pg_catalog.\"char\" END, "
+							 "due_at = NULL, "
+							 "finished_at = CASE WHEN i.state " OP("=") " 'c' "
+							 "AND i.attempt " OP(">=") " $3 THEN $2 END, "
+							 "last_error = CASE WHEN i.state " OP("=") " 'c' "
+							 "THEN 'lease expired' ELSE i.last_error END, "
+							 "errors = CASE WHEN i.state " OP("=") " 'c' "
+							 "THEN COALESCE(i.errors, '[]'::pg_catalog.jsonb) "
+							 OP("||") " pg_catalog.jsonb_build_array("
+							 "pg_catalog.jsonb_build_object('attempt', i.attempt, "
+							 "'error', 'lease expired', 'at', $2)) "
+							 "ELSE i.errors END "
+							 "WHERE i.ctid " OP("=") " ANY (ARRAY("
+							 "SELECT ctid FROM pgq.items "
+							 "WHERE group_id " OP("=") " $1 "
+							 "AND state " OP("=") " ANY ('{c,r}'::pg_catalog.\"char\"[]) "
+							 "AND due_at " OP("<=") " $2 "
+							 "ORDER BY group_id, due_at LIMIT $4 "
+							 "FOR UPDATE SKIP LOCKED))",
+							 4, argtypes);
+	}
+	values[0] = Int64GetDatum(group->ref.group_id);
+	values[1] = TimestampTzGetDatum(now);
+	values[2] = Int32GetDatum(group->max_attempts);
+	values[3] = Int32GetDatum(PGQ_PROMOTE_LIMIT);
+	rc = SPI_execute_plan(plan, values, NULL, false, 0);
+	if (rc != SPI_OK_UPDATE)
+		elog(ERROR, "could not update due items: %s", SPI_result_code_string(rc));
+}
+
+/* qsort comparator: claimed items in claim order */
+static int
+compare_items(const void *a, const void *b)
+{
+	const ClaimedBlock *x = (const ClaimedBlock *) a;
+	const ClaimedBlock *y = (const ClaimedBlock *) b;
+
+	if (x->priority != y->priority)
+		return (x->priority < y->priority) - (x->priority > y->priority);
+	return (x->block_id > y->block_id) - (x->block_id < y->block_id);
+}
+
+/* A copy of a column of the current SPI row in the current context, or 0. */
+static Datum
+copy_column(HeapTuple tuple, TupleDesc tupdesc, int col)
+{
+	bool		isnull;
+	Datum		value = SPI_getbinval(tuple, tupdesc, col, &isnull);
+
+	if (isnull)
+		return (Datum) 0;
+	return PointerGetDatum(PG_DETOAST_DATUM_COPY(value));
+}
+
+/*
+ * Claim up to max_items items of a queue, highest priority first, then in
+ * enqueue order, into items[] (in cxt).  In lease mode a claim counts an
+ * attempt and sets a deadline; in transaction mode it marks the item done
+ * in the caller's transaction.
+ */
+int
+pgq_queue_claim(const PgqGroup *group, int max_items, ClaimedBlock *items,
+				MemoryContext cxt)
+{
+	static SPIPlanPtr lease_plan = NULL;
+	static SPIPlanPtr xact_plan = NULL;
+	SPIPlanPtr	plan;
+	TimestampTz now = GetCurrentTimestamp();
+	Datum		values[3];
+	MemoryContext oldcxt;
+	int			n;
+	int			rc;
+
+	if (lease_plan == NULL)
+	{
+		Oid			argtypes[3] = {INT8OID, INT4OID, TIMESTAMPTZOID};
+
+#define CLAIM_ITEMS(set) \
+		"UPDATE pgq.items i SET " set " " \
+		"WHERE i.ctid " OP("=") " ANY (ARRAY(" \
+		"SELECT ctid FROM pgq.items " \
+		"WHERE group_id " OP("=") " $1 AND state " OP("=") " 'p' " \
+		"ORDER BY group_id, priority DESC, item_id LIMIT $2 " \
+		"FOR UPDATE SKIP LOCKED)) " \
+		"RETURNING i.item_id, i.attempt, i.payload, i.data, i.key, i.priority"
+
+		lease_plan = pgq_keep_plan(CLAIM_ITEMS("state = 'c', "
+											   "attempt = i.attempt " OP("+") " 1, "
+											   "due_at = $3"),
+								   3, argtypes);
+		xact_plan = pgq_keep_plan(CLAIM_ITEMS("state = 'd', "
+											  "attempt = i.attempt " OP("+") " 1, "
+											  "finished_at = $3"),
+								  3, argtypes);
+#undef CLAIM_ITEMS
+	}
+
+	if (group->mode == PGQ_MODE_LEASE)
+		pgq_lease_claim_async();
+	promote_due(group, now);
+
+	values[0] = Int64GetDatum(group->ref.group_id);
+	values[1] = Int32GetDatum(max_items);
+	if (group->mode == PGQ_MODE_LEASE)
+	{
+		plan = lease_plan;
+		values[2] = TimestampTzGetDatum(pgq_time_after(now, &group->lease));
+	}
+	else
+	{
+		plan = xact_plan;
+		values[2] = TimestampTzGetDatum(now);
+	}
+	pgq_xact_reserve(max_items);
+	rc = SPI_execute_plan(plan, values, NULL, false, 0);
+	if (rc != SPI_OK_UPDATE_RETURNING)
+		elog(ERROR, "could not claim items: %s", SPI_result_code_string(rc));
+
+	oldcxt = MemoryContextSwitchTo(cxt);
+	n = (int) SPI_processed;
+	for (int i = 0; i < n; i++)
+	{
+		HeapTuple	tuple = SPI_tuptable->vals[i];
+		TupleDesc	tupdesc = SPI_tuptable->tupdesc;
+		bool		isnull;
+
+		items[i].block_id = DatumGetInt64(SPI_getbinval(tuple, tupdesc, 1, &isnull));
+		items[i].attempt = DatumGetInt32(SPI_getbinval(tuple, tupdesc, 2, &isnull));
+		items[i].ids = (Datum) 0;
+		items[i].payload = copy_column(tuple, tupdesc, 3);
+		items[i].data = copy_column(tuple, tupdesc, 4);
+		items[i].key = copy_column(tuple, tupdesc, 5);
+		items[i].priority = DatumGetInt32(SPI_getbinval(tuple, tupdesc, 6, &isnull));
+	}
+	MemoryContextSwitchTo(oldcxt);
+	SPI_freetuptable(SPI_tuptable);
+
+	if (group->mode == PGQ_MODE_LEASE)
+		pgq_xact_remember_lease(&group->ref, items, n);
+	else
+		pgq_xact_remember(&group->ref, items, n);
+	qsort(items, n, sizeof(ClaimedBlock), compare_items);
+	return n;
+}
+
+/* The attempt argument of a lease-mode call. */
+static int32
+lease_attempt(FunctionCallInfo fcinfo, int argno)
+{
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("attempt is required for items of lease-mode queues"),
+				 errhint("Pass the attempt that pgq.claim() returned with the item.")));
+	return PG_GETARG_INT32(argno);
+}
+
+/*
+ * Run a statement on an item with $1 group_id, $2 item_id, $3 attempt and
+ * the caller's further arguments; true if it changed a row.
+ */
+static bool
+change_item(SPIPlanPtr *plan, const char *sql, int nargs, Oid *argtypes,
+			Datum *values, const char *nulls)
+{
+	int			rc;
+
+	if (*plan == NULL)
+		*plan = pgq_keep_plan(sql, nargs, argtypes);
+	rc = SPI_execute_plan(*plan, values, nulls, false, 0);
+	if (rc != SPI_OK_UPDATE)
+		elog(ERROR, "could not change item: %s", SPI_result_code_string(rc));
+	return SPI_processed > 0;
+}
+
+/*
+ * Complete an item the caller holds, storing its result (arguments: 1
+ * result, 2 attempt, 4 result_data).  In transaction mode the claim already
+ * marked it done; this stores the result.
+ */
+bool
+pgq_queue_complete(const PgqGroup *group, int64 item_id,
+				   FunctionCallInfo fcinfo)
+{
+	static SPIPlanPtr lease_plan = NULL;
+	static SPIPlanPtr xact_plan = NULL;
+	Oid			argtypes[5] = {INT8OID, INT8OID, INT4OID, JSONBOID, BYTEAOID};
+	Datum		values[5];
+	char		nulls[5] = "     ";
+	bool		done;
+
+	values[0] = Int64GetDatum(group->ref.group_id);
+	values[1] = Int64GetDatum(item_id);
+	values[3] = PG_GETARG_DATUM(1);
+	nulls[3] = PG_ARGISNULL(1) ? 'n' : ' ';
+	values[4] = PG_NARGS() > 4 ? PG_GETARG_DATUM(4) : (Datum) 0;
+	nulls[4] = PG_NARGS() <= 4 || PG_ARGISNULL(4) ? 'n' : ' ';
+
+	if (group->mode == PGQ_MODE_LEASE)
+	{
+		values[2] = Int32GetDatum(lease_attempt(fcinfo, 2));
+		done = change_item(&lease_plan,
+						   "UPDATE pgq.items SET state = 'd', due_at = NULL, "
+						   "result = $4, result_data = $5, "
+						   "finished_at = pg_catalog.clock_timestamp() "
+						   HELD_ITEM,
+						   5, argtypes, values, nulls);
+		if (done)
+			pgq_lease_durable();
+	}
+	else
+	{
+		if (!pgq_xact_claimed(item_id))
+			return false;
+		values[2] = Int32GetDatum(0);
+		done = change_item(&xact_plan,
+						   "UPDATE pgq.items SET result = $4, result_data = $5 "
+						   OWN_ITEM " AND $3 " OP("=") " 0",
+						   5, argtypes, values, nulls);
+	}
+	if (done)
+		pgq_xact_wake_at_commit(&group->ref);
+	return done;
+}
+
+/* Give a lease-mode item back to the queue at once (argument 1: attempt). */
+bool
+pgq_queue_release(const PgqGroup *group, int64 item_id,
+				  FunctionCallInfo fcinfo)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			argtypes[3] = {INT8OID, INT8OID, INT4OID};
+	Datum		values[3];
+
+	values[0] = Int64GetDatum(group->ref.group_id);
+	values[1] = Int64GetDatum(item_id);
+	values[2] = Int32GetDatum(lease_attempt(fcinfo, 1));
+	if (!change_item(&plan,
+					 "UPDATE pgq.items SET state = 'p', due_at = NULL " HELD_ITEM,
+					 3, argtypes, values, NULL))
+		return false;
+	pgq_lease_durable();
+	pgq_xact_wake_at_commit(&group->ref);
+	pgq_notify_group(group->name);
+	return true;
+}
+
+/*
+ * The delay before retry number "attempt" + 1: backoff * 2^(attempt - 1),
+ * at most max_backoff, of which a random part of up to half is taken off,
+ * so that items that failed together do not all come back together.
+ */
+static int64
+backoff_usecs(const PgqGroup *group, int32 attempt)
+{
+	int64		base = pgq_duration_usecs(&group->backoff);
+	int64		cap = pgq_duration_usecs(&group->max_backoff);
+	int64		delay = base;
+	double		r;
+
+	for (int i = 1; i < attempt && delay < cap; i++)
+		delay *= 2;
+	delay = Min(delay, cap);
+#if PG_VERSION_NUM >= 150000
+	r = pg_prng_double(&pg_global_prng_state);
+#else
+	r = (double) random() / ((double) MAX_RANDOM_VALUE + 1);
+#endif
+	return delay - (int64) (r * (delay / 2));
+}
+
+/*
+ * Record a failed attempt of an item the caller holds (argument 3:
+ * attempt): retry it after retry_after, or the queue's backoff, or
+ * dead-letter it with its errors once max_attempts are used up.  In
+ * transaction mode, the caller's claim of the item becomes the failure.
+ */
+bool
+pgq_queue_fail(const PgqGroup *group, int64 item_id, FunctionCallInfo fcinfo,
+			   text *error, Interval *retry_after)
+{
+	static SPIPlanPtr lease_plan = NULL;
+	static SPIPlanPtr xact_plan = NULL;
+	Oid			argtypes[6] = {INT8OID, INT8OID, INT4OID, TIMESTAMPTZOID,
+	TEXTOID, INT4OID};
+	Datum		values[6];
+	char		nulls[6] = "      ";
+	TimestampTz now = GetCurrentTimestamp();
+	int32		attempt;
+	bool		done;
+
+#define FAIL_ITEM(held) \
+	"UPDATE pgq.items SET " \
+	"state = CASE WHEN attempt " OP(">=") " $6 THEN 'f'::pg_catalog.\"char\" " \
+	"ELSE 'r'::pg_catalog.\"char\" END, " \
+	"due_at = CASE WHEN attempt " OP(">=") " $6 THEN NULL ELSE $4 END, " \
+	"finished_at = CASE WHEN attempt " OP(">=") " $6 " \
+	"THEN pg_catalog.clock_timestamp() END, " \
+	"result = NULL, result_data = NULL, " \
+	"last_error = $5, " \
+	APPEND_ERROR("$5", "pg_catalog.clock_timestamp()") \
+	held
+
+	if (group->mode == PGQ_MODE_LEASE)
+		attempt = lease_attempt(fcinfo, 3);
+	else
+	{
+		if (!pgq_xact_claimed(item_id))
+			return false;
+		attempt = 0;
+	}
+
+	/* the delay: asked for, or the backoff after this attempt */
+	values[0] = Int64GetDatum(group->ref.group_id);
+	values[1] = Int64GetDatum(item_id);
+	values[2] = Int32GetDatum(attempt);
+	values[4] = PointerGetDatum(error);
+	nulls[4] = error == NULL ? 'n' : ' ';
+	values[5] = Int32GetDatum(group->max_attempts);
+	if (retry_after != NULL)
+		values[3] = TimestampTzGetDatum(pgq_time_after(now, retry_after));
+	else
+	{
+		int32		tried = attempt;
+
+		if (group->mode != PGQ_MODE_LEASE)
+		{
+			/* the claim counted the attempt in this transaction */
+			int			rc = SPI_execute_with_args("SELECT attempt FROM pgq.items "
+												   OWN_ITEM,
+												   2, argtypes, values, NULL,
+												   false, 1);
+			bool		isnull;
+
+			if (rc != SPI_OK_SELECT || SPI_processed != 1)
+				return false;
+			tried = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
+												SPI_tuptable->tupdesc, 1,
+												&isnull));
+		}
+		values[3] = TimestampTzGetDatum(now + backoff_usecs(group, tried));
+	}
+
+	if (group->mode == PGQ_MODE_LEASE)
+	{
+		done = change_item(&lease_plan, FAIL_ITEM(HELD_ITEM), 6, argtypes,
+						   values, nulls);
+		if (done)
+			pgq_lease_durable();
+	}
+	else
+		done = change_item(&xact_plan,
+						   FAIL_ITEM(OWN_ITEM " AND $3 " OP("=") " 0"),
+						   6, argtypes, values, nulls);
+#undef FAIL_ITEM
+	if (done)
+		pgq_xact_wake_at_commit(&group->ref);
+	return done;
+}
+
+/* Move the deadline of a lease-mode item held under "attempt". */
+bool
+pgq_queue_extend(const PgqGroup *group, int64 item_id, int32 attempt,
+				 Interval *lease)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			argtypes[4] = {INT8OID, INT8OID, INT4OID, TIMESTAMPTZOID};
+	Datum		values[4];
+
+	values[0] = Int64GetDatum(group->ref.group_id);
+	values[1] = Int64GetDatum(item_id);
+	values[2] = Int32GetDatum(attempt);
+	values[3] = TimestampTzGetDatum(pgq_time_after(GetCurrentTimestamp(), lease));
+	return change_item(&plan, "UPDATE pgq.items SET due_at = $4 " HELD_ITEM,
+					   4, argtypes, values, NULL);
+}
+
+/*
+ * pgq.complete_many(block_ids, attempts, results) -> bigint[]
+ *
+ * Complete many items of lease-mode queues in one call, each under its
+ * attempt, with its result if results is given.  Returns the ids completed:
+ * those the caller still held.
+ */
+Datum
+pgq_complete_many(PG_FUNCTION_ARGS)
+{
+	ArgArray	ids;
+	ArgArray	attempts;
+	ArgArray	results;
+	Datum	   *done;
+	int			ndone = 0;
+
+	pgq_check_arg_not_null(fcinfo, 0, "block_ids");
+	get_arg_array(fcinfo, 0, "block_ids", INT8OID, &ids);
+	get_arg_array(fcinfo, 1, "attempts", INT4OID, &attempts);
+	get_arg_array(fcinfo, 2, "results", JSONBOID, &results);
+	if (attempts.n != ids.n)
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("attempts must have one element per block id"),
+				 errhint("Pass the attempts that pgq.claim() returned, in the same order.")));
+	if (results.n >= 0 && results.n != ids.n)
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("results must have one element per block id")));
+	pgq_check_not_in_recovery("complete items");
+
+	done = palloc(Max(ids.n, 1) * sizeof(Datum));
+	SPI_connect();
+	for (int i = 0; i < ids.n; i++)
+	{
+		static SPIPlanPtr plan = NULL;
+		PgqGroup	group;
+		Oid			argtypes[4] = {INT8OID, INT8OID, INT4OID, JSONBOID};
+		Datum		values[4];
+		char		nulls[4] = "    ";
+
+		CHECK_FOR_INTERRUPTS();
+		if (ids.nulls[i] || attempts.nulls[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("block_ids and attempts must not contain NULL")));
+		if (!pgq_lookup_item(DatumGetInt64(ids.values[i]), &group))
+			continue;
+		if (group.mode != PGQ_MODE_LEASE)
+			ereport(ERROR,
+					(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+					 errmsg("pgq.complete_many() takes items of lease-mode queues"),
+					 errdetail("Item " INT64_FORMAT " belongs to a %s-mode queue.",
+							   DatumGetInt64(ids.values[i]),
+							   pgq_mode_name(group.mode))));
+		values[0] = Int64GetDatum(group.ref.group_id);
+		values[1] = ids.values[i];
+		values[2] = attempts.values[i];
+		values[3] = results.n < 0 ? (Datum) 0 : results.values[i];
+		nulls[3] = results.n < 0 || results.nulls[i] ? 'n' : ' ';
+		if (change_item(&plan,
+						"UPDATE pgq.items SET state = 'd', due_at = NULL, "
+						"result = $4, finished_at = pg_catalog.clock_timestamp() "
+						HELD_ITEM,
+						4, argtypes, values, nulls))
+		{
+			done[ndone++] = ids.values[i];
+			pgq_xact_wake_at_commit(&group.ref);
+		}
+	}
+	if (ndone > 0)
+		pgq_lease_durable();
+	SPI_finish();
+	PG_RETURN_ARRAYTYPE_P(construct_array(done, ndone, INT8OID, sizeof(int64),
+										  FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+}
+
+/* The name a user sees for an item's state. */
+static const char *
+item_state_name(char state)
+{
+	switch (state)
+	{
+		case 'p':
+			return "pending";
+		case 'c':
+			return "running";
+		case 'r':
+			return "scheduled";
+		case 'd':
+			return "done";
+		case 'f':
+			return "dead";
+	}
+	return "unknown";
+}
+
+/*
+ * Set a done or dead item back to pending, with its attempts counted from 0
+ * and its result cleared (its error history stays); an error for an item
+ * that is still pending, scheduled or running.
+ */
+static bool
+retry_item(int64 item_id)
+{
+	PgqGroup	group;
+	Oid			argtypes[2] = {INT8OID, INT8OID};
+	Datum		values[2];
+	int			rc;
+
+	if (!pgq_lookup_item(item_id, &group))
+	{
+		/* a dead-lettered block of a query group can be retried too */
+		if (pgq_lookup_block(item_id, &group))
+		{
+			values[0] = Int64GetDatum(group.ref.group_id);
+			values[1] = Int64GetDatum(item_id);
+			rc = SPI_execute_with_args("UPDATE pgq.blocks SET state = 'p', "
+									   "attempt = 0, lease_until = NULL "
+									   "WHERE group_id " OP("=") " $1 "
+									   "AND block_id " OP("=") " $2 "
+									   "AND state " OP("=") " 'f'",
+									   2, argtypes, values, NULL, false, 0);
+			if (rc != SPI_OK_UPDATE)
+				elog(ERROR, "could not retry block: %s", SPI_result_code_string(rc));
+			if (SPI_processed == 0)
+				ereport(ERROR,
+						(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+						 errmsg("block " INT64_FORMAT " is not dead-lettered", item_id),
+						 errhint("Only dead-lettered blocks and done or dead-lettered items can be retried.")));
+			pgq_hint_lower(&group.ref, item_id);
+			pgq_xact_wake_at_commit(&group.ref);
+			pgq_notify_group(group.name);
+			return true;
+		}
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("item " INT64_FORMAT " does not exist", item_id),
+				 errhint("Done and dead-lettered items are removed once pgq.retention has passed.")));
+	}
+
+	values[0] = Int64GetDatum(group.ref.group_id);
+	values[1] = Int64GetDatum(item_id);
+	rc = SPI_execute_with_args("UPDATE pgq.items SET state = 'p', attempt = 0, "
+							   "due_at = NULL, result = NULL, result_data = NULL, "
+							   "finished_at = NULL "
+							   "WHERE group_id " OP("=") " $1 "
+							   "AND item_id " OP("=") " $2 "
+							   "AND state " OP("=") " ANY ('{d,f}'::pg_catalog.\"char\"[]) "
+							   "RETURNING item_id",
+							   2, argtypes, values, NULL, false, 0);
+	if (rc != SPI_OK_UPDATE_RETURNING)
+		elog(ERROR, "could not retry item: %s", SPI_result_code_string(rc));
+	if (SPI_processed == 0)
+	{
+		char	   *state = "gone";
+
+		rc = SPI_execute_with_args("SELECT state FROM pgq.items "
+								   "WHERE group_id " OP("=") " $1 "
+								   "AND item_id " OP("=") " $2",
+								   2, argtypes, values, NULL, false, 1);
+		if (rc == SPI_OK_SELECT && SPI_processed == 1)
+			state = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("item " INT64_FORMAT " is not done or dead-lettered", item_id),
+				 errdetail("The item is %s.", item_state_name(state[0])),
+				 errhint("Only done and dead-lettered items can be retried.")));
+	}
+	pgq_xact_wake_at_commit(&group.ref);
+	pgq_notify_group(group.name);
+	return true;
+}
+
+/* pgq.retry(block_id) -> boolean */
+Datum
+pgq_retry(PG_FUNCTION_ARGS)
+{
+	bool		done;
+
+	pgq_check_not_in_recovery("retry an item");
+	SPI_connect();
+	done = retry_item(PG_GETARG_INT64(0));
+	SPI_finish();
+	PG_RETURN_BOOL(done);
+}
+
+/* pgq.retry(group_name, key) -> boolean */
+Datum
+pgq_retry_key(PG_FUNCTION_ARGS)
+{
+	PgqGroup	group;
+	text	   *key = PG_GETARG_TEXT_PP(1);
+	int64		item_id;
+	bool		done;
+
+	pgq_check_name(PG_GETARG_TEXT_PP(0));
+	check_key(key);
+	pgq_check_not_in_recovery("retry an item");
+	SPI_connect();
+	lookup_queue(PG_GETARG_TEXT_PP(0), &group);
+	item_id = item_with_key(&group, key);
+	if (item_id == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("queue \"%s\" has no item with key \"%s\"",
+						group.name, text_to_cstring(key))));
+	done = retry_item(item_id);
+	SPI_finish();
+	PG_RETURN_BOOL(done);
+}
+
+/*
+ * pgq.result(block_id, wait) -> (state, result, result_data, attempt,
+ *								  last_error)
+ *
+ * An item's state and result.  With wait, waits inside the server until
+ * the item is done or dead, or the time is up, woken by the commit that
+ * finished it.
+ */
+Datum
+pgq_result(PG_FUNCTION_ARGS)
+{
+	static SPIPlanPtr plan = NULL;
+	int64		item_id;
+	PgqGroup	group;
+	TimestampTz deadline = 0;
+	TupleDesc	tupdesc;
+	Datum		values[5];
+	bool		nulls[5];
+	HeapTuple	result;
+
+	pgq_check_arg_not_null(fcinfo, 0, "block_id");
+	item_id = PG_GETARG_INT64(0);
+	if (!PG_ARGISNULL(1))
+	{
+		deadline = pgq_wait_deadline(PG_GETARG_INTERVAL_P(1));
+		if (deadline != 0 && XactIsoLevel != XACT_READ_COMMITTED)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
+					 errmsg("waiting for a result requires the READ COMMITTED isolation level"),
+					 errdetail("The snapshot of this transaction would never see the result arrive.")));
+	}
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+
+	SPI_connect();
+	if (!pgq_lookup_item(item_id, &group))
+	{
+		if (pgq_lookup_block(item_id, &group))
+			ereport(ERROR,
+					(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+					 errmsg("block " INT64_FORMAT " belongs to query group \"%s\": only queue items have results",
+							item_id, group.name)));
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("item " INT64_FORMAT " does not exist", item_id),
+				 errhint("Done and dead-lettered items are removed once pgq.retention has passed.")));
+	}
+	if (plan == NULL)
+	{
+		Oid			argtypes[2] = {INT8OID, INT8OID};
+
+		plan = pgq_keep_plan("SELECT state, result, result_data, attempt, last_error "
+							 "FROM pgq.items WHERE group_id " OP("=") " $1 "
+							 "AND item_id " OP("=") " $2",
+							 2, argtypes);
+	}
+
+	for (;;)
+	{
+		Datum		args[2];
+		char		state;
+		bool		isnull;
+		int			rc;
+
+		args[0] = Int64GetDatum(group.ref.group_id);
+		args[1] = Int64GetDatum(item_id);
+		rc = SPI_execute_plan(plan, args, NULL, false, 1);
+		if (rc != SPI_OK_SELECT)
+			elog(ERROR, "could not read item: %s", SPI_result_code_string(rc));
+		if (SPI_processed == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_OBJECT),
+					 errmsg("item " INT64_FORMAT " does not exist any more", item_id)));
+		state = DatumGetChar(SPI_getbinval(SPI_tuptable->vals[0],
+										   SPI_tuptable->tupdesc, 1, &isnull));
+		if (state == 'd' || state == 'f' || deadline == 0 ||
+			!pgq_wait_for_wakeup(&group.ref, deadline))
+			break;
+	}
+	if (deadline != 0)
+		pgq_wait_done();
+
+	{
+		HeapTuple	row = SPI_tuptable->vals[0];
+		TupleDesc	rowdesc = SPI_tuptable->tupdesc;
+
+		/* copied out of SPI's memory, which SPI_finish() frees */
+		values[0] = CStringGetTextDatum(item_state_name(DatumGetChar(SPI_getbinval(row, rowdesc, 1, &nulls[0]))));
+		nulls[0] = false;
+		for (int c = 1; c < 5; c++)
+		{
+			values[c] = SPI_getbinval(row, rowdesc, c + 1, &nulls[c]);
+			if (!nulls[c] && c != 3)
+				values[c] = SPI_datumTransfer(values[c], false, -1);
+		}
+	}
+	SPI_finish();
+	result = heap_form_tuple(tupdesc, values, nulls);
+	PG_RETURN_DATUM(HeapTupleGetDatum(result));
+}
