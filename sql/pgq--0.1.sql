@@ -125,6 +125,9 @@ CREATE INDEX items_pending_idx ON pgq.items (group_id, priority DESC, item_id)
 CREATE INDEX items_due_idx ON pgq.items (group_id, due_at)
     WHERE state IN ('c', 'r');
 CREATE INDEX items_item_id_idx ON pgq.items USING hash (item_id);
+-- finished items, for retention
+CREATE INDEX items_finished_idx ON pgq.items (finished_at)
+    WHERE state IN ('d', 'f');
 ALTER TABLE pgq.items ALTER COLUMN data SET STORAGE EXTERNAL;
 
 SELECT pg_catalog.pg_extension_config_dump('pgq.items', '');
@@ -193,7 +196,7 @@ AS 'MODULE_PATHNAME', 'pgq_complete_many'
 LANGUAGE C VOLATILE;
 
 COMMENT ON FUNCTION pgq.complete_many(bigint[], integer[], jsonb[]) IS
-'complete lease-mode items in one call; returns the ids the caller held';
+'complete lease-mode claims (items and blocks) in one call; returns the ids the caller held';
 
 CREATE FUNCTION pgq.release(block_id bigint, attempt integer DEFAULT NULL,
                             worker_id bigint DEFAULT NULL)

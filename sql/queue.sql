@@ -91,6 +91,18 @@ FROM pgq.claim('jobs', 3);
 SELECT item_id - :i1 AS rel, state, result FROM pgq.items
 WHERE state = 'd' ORDER BY item_id;
 
+-- complete_many takes blocks of lease-mode groups too
+SELECT pgq.create_group('lg', 'SELECT g FROM generate_series(1, 6) g', 2,
+                        mode => 'lease');
+SELECT cardinality(pgq.complete_many(array_agg(block_id), array_agg(attempt)))
+       AS completed
+FROM pgq.claim('lg', 2);
+SELECT cardinality(pgq.complete_many(array_agg(block_id), array_agg(attempt + 1)))
+       AS stale_attempts
+FROM pgq.claim('lg', 1);
+SELECT state, done, pending, claimed FROM pgq.group_stats WHERE group_name = 'lg';
+SELECT pgq.drop_group('lg');
+
 -- transaction mode: the claim is consumed at COMMIT, given back at ROLLBACK
 SELECT pgq.create_queue('tx', mode => 'transaction');
 SELECT pgq.enqueue('tx', '{"t": 1}') AS t1 \gset

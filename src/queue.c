@@ -785,10 +785,10 @@ pgq_queue_complete(const PgqGroup *group, int64 item_id,
 	{
 		if (!pgq_xact_claimed(item_id))
 			return false;
-		values[2] = Int32GetDatum(0);
+		values[2] = Int32GetDatum(0);	/* unused: the claim proves holding */
 		done = change_item(&xact_plan,
 						   "UPDATE pgq.items SET result = $4, result_data = $5 "
-						   OWN_ITEM " AND $3 " OP("=") " 0",
+						   OWN_ITEM,
 						   5, argtypes, values, nulls);
 	}
 	if (done)
@@ -922,9 +922,8 @@ pgq_queue_fail(const PgqGroup *group, int64 item_id, FunctionCallInfo fcinfo,
 			pgq_lease_durable();
 	}
 	else
-		done = change_item(&xact_plan,
-						   FAIL_ITEM(OWN_ITEM " AND $3 " OP("=") " 0"),
-						   6, argtypes, values, nulls);
+		done = change_item(&xact_plan, FAIL_ITEM(OWN_ITEM), 6, argtypes,
+						   values, nulls);
 #undef FAIL_ITEM
 	if (done)
 		pgq_xact_wake_at_commit(&group->ref);
@@ -948,12 +947,57 @@ pgq_queue_extend(const PgqGroup *group, int64 item_id, int32 attempt,
 					   4, argtypes, values, NULL);
 }
 
+/* qsort comparator: bigint Datums, ascending */
+static int
+compare_datum_int64(const void *a, const void *b)
+{
+	int64		x = DatumGetInt64(*(const Datum *) a);
+	int64		y = DatumGetInt64(*(const Datum *) b);
+
+	return (x > y) - (x < y);
+}
+
+/*
+ * Wake, at commit, the groups named by the rows (group_id, created_at) of
+ * the last SPI statement, from column "col" on.
+ */
+static void
+wake_returned_groups(int col)
+{
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		PgqGroupRef group;
+		bool		isnull;
+
+		group.dbid = MyDatabaseId;
+		group.group_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i],
+													 SPI_tuptable->tupdesc,
+													 col, &isnull));
+		group.created_at = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[i],
+															 SPI_tuptable->tupdesc,
+															 col + 1, &isnull));
+		/* rows come grouped: one record per run of a group is enough */
+		if (i > 0)
+		{
+			bool		isnull2;
+
+			if (DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i - 1],
+											SPI_tuptable->tupdesc, col,
+											&isnull2)) == group.group_id)
+				continue;
+		}
+		pgq_xact_wake_at_commit(&group);
+	}
+}
+
 /*
  * pgq.complete_many(block_ids, attempts, results) -> bigint[]
  *
- * Complete many items of lease-mode queues in one call, each under its
- * attempt, with its result if results is given.  Returns the ids completed:
- * those the caller still held.
+ * Complete many lease-mode claims in two statements, whatever their number:
+ * items of queues (with their results, if results is given) and blocks of
+ * query groups, each under its attempt.  Returns the ids completed: those
+ * the caller still held.  Only lease-mode claims have state 'c', so claims
+ * of other modes are never touched.
  */
 Datum
 pgq_complete_many(PG_FUNCTION_ARGS)
@@ -961,8 +1005,12 @@ pgq_complete_many(PG_FUNCTION_ARGS)
 	ArgArray	ids;
 	ArgArray	attempts;
 	ArgArray	results;
+	Oid			argtypes[3] = {INT8ARRAYOID, INT4ARRAYOID, JSONBARRAYOID};
+	Datum		values[3];
+	char		nulls[3] = "   ";
 	Datum	   *done;
 	int			ndone = 0;
+	int			rc;
 
 	pgq_check_arg_not_null(fcinfo, 0, "block_ids");
 	get_arg_array(fcinfo, 0, "block_ids", INT8OID, &ids);
@@ -977,50 +1025,74 @@ pgq_complete_many(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
 				 errmsg("results must have one element per block id")));
-	pgq_check_not_in_recovery("complete items");
-
-	done = palloc(Max(ids.n, 1) * sizeof(Datum));
-	SPI_connect();
 	for (int i = 0; i < ids.n; i++)
 	{
-		static SPIPlanPtr plan = NULL;
-		PgqGroup	group;
-		Oid			argtypes[4] = {INT8OID, INT8OID, INT4OID, JSONBOID};
-		Datum		values[4];
-		char		nulls[4] = "    ";
-
-		CHECK_FOR_INTERRUPTS();
 		if (ids.nulls[i] || attempts.nulls[i])
 			ereport(ERROR,
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 					 errmsg("block_ids and attempts must not contain NULL")));
-		if (!pgq_lookup_item(DatumGetInt64(ids.values[i]), &group))
-			continue;
-		if (group.mode != PGQ_MODE_LEASE)
-			ereport(ERROR,
-					(errcode(ERRCODE_WRONG_OBJECT_TYPE),
-					 errmsg("pgq.complete_many() takes items of lease-mode queues"),
-					 errdetail("Item " INT64_FORMAT " belongs to a %s-mode queue.",
-							   DatumGetInt64(ids.values[i]),
-							   pgq_mode_name(group.mode))));
-		values[0] = Int64GetDatum(group.ref.group_id);
-		values[1] = ids.values[i];
-		values[2] = attempts.values[i];
-		values[3] = results.n < 0 ? (Datum) 0 : results.values[i];
-		nulls[3] = results.n < 0 || results.nulls[i] ? 'n' : ' ';
-		if (change_item(&plan,
-						"UPDATE pgq.items SET state = 'd', due_at = NULL, "
-						"result = $4, finished_at = pg_catalog.clock_timestamp() "
-						HELD_ITEM,
-						4, argtypes, values, nulls))
+	}
+	pgq_check_not_in_recovery("complete items");
+	if (ids.n == 0)
+		PG_RETURN_ARRAYTYPE_P(construct_empty_array(INT8OID));
+
+	values[0] = PG_GETARG_DATUM(0);
+	values[1] = PG_GETARG_DATUM(1);
+	values[2] = PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2);
+	nulls[2] = PG_ARGISNULL(2) ? 'n' : ' ';
+	done = palloc(ids.n * sizeof(Datum));
+
+	SPI_connect();
+	rc = SPI_execute_with_args("UPDATE pgq.items i SET state = 'd', due_at = NULL, "
+							   "result = u.result, "
+							   "finished_at = pg_catalog.clock_timestamp() "
+							   "FROM ROWS FROM (pg_catalog.unnest($1), "
+							   "pg_catalog.unnest($2), pg_catalog.unnest($3)) "
+							   "AS u (id, attempt, result), pgq.groups g "
+							   "WHERE i.item_id " OP("=") " u.id "
+							   "AND i.state " OP("=") " 'c' "
+							   "AND i.attempt " OP("=") " u.attempt "
+							   "AND g.group_id " OP("=") " i.group_id "
+							   "RETURNING i.item_id, g.group_id, g.created_at",
+							   3, argtypes, values, nulls, false, 0);
+	if (rc != SPI_OK_UPDATE_RETURNING)
+		elog(ERROR, "could not complete items: %s", SPI_result_code_string(rc));
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+
+		done[ndone++] = SPI_getbinval(SPI_tuptable->vals[i],
+									  SPI_tuptable->tupdesc, 1, &isnull);
+	}
+	wake_returned_groups(2);
+
+	if ((uint64) ndone < (uint64) ids.n)
+	{
+		rc = SPI_execute_with_args("DELETE FROM pgq.blocks b "
+								   "USING ROWS FROM (pg_catalog.unnest($1), "
+								   "pg_catalog.unnest($2)) AS u (id, attempt), "
+								   "pgq.groups g "
+								   "WHERE b.block_id " OP("=") " u.id "
+								   "AND b.state " OP("=") " 'c' "
+								   "AND b.attempt " OP("=") " u.attempt "
+								   "AND g.group_id " OP("=") " b.group_id "
+								   "RETURNING b.block_id, g.group_id, g.created_at",
+								   2, argtypes, values, NULL, false, 0);
+		if (rc != SPI_OK_DELETE_RETURNING)
+			elog(ERROR, "could not complete blocks: %s", SPI_result_code_string(rc));
+		for (uint64 i = 0; i < SPI_processed && ndone < ids.n; i++)
 		{
-			done[ndone++] = ids.values[i];
-			pgq_xact_wake_at_commit(&group.ref);
+			bool		isnull;
+
+			done[ndone++] = SPI_getbinval(SPI_tuptable->vals[i],
+										  SPI_tuptable->tupdesc, 1, &isnull);
 		}
+		wake_returned_groups(2);
 	}
 	if (ndone > 0)
 		pgq_lease_durable();
 	SPI_finish();
+	qsort(done, ndone, sizeof(Datum), compare_datum_int64);
 	PG_RETURN_ARRAYTYPE_P(construct_array(done, ndone, INT8OID, sizeof(int64),
 										  FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 }
