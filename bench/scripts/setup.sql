@@ -18,6 +18,24 @@ CREATE TABLE vt (id bigint PRIMARY KEY,
 -- naive advisory-lock queue
 CREATE TABLE aq (id bigint PRIMARY KEY, ids bigint[] NOT NULL);
 
+-- a plain-SQL job table with a unique key, and the index a claim needs
+CREATE TABLE jobs (id bigserial PRIMARY KEY,
+                   key text NOT NULL UNIQUE,
+                   payload jsonb,
+                   state "char" NOT NULL DEFAULT 'p',
+                   created_at timestamptz NOT NULL DEFAULT now());
+CREATE INDEX jobs_pending_idx ON jobs (id) WHERE state = 'p';
+CREATE SEQUENCE bench.keys;
+SELECT pgq.create_queue('eq');
+
+-- Empty the enqueue cases' tables.
+CREATE FUNCTION bench.reset_enqueue() RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    TRUNCATE jobs;
+    DELETE FROM pgq.items;
+END $$;
+
 -- Refill one queue with n items, from scratch: the baselines' tables are
 -- emptied, pgq's groups dropped and created again (blocks of one id).
 CREATE FUNCTION bench.refill(what text, n bigint) RETURNS void

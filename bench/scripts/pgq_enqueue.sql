@@ -1,0 +1,2 @@
+-- pgq: enqueue one item with a key
+SELECT pgq.enqueue('eq', '{"n": 1}', key => nextval('bench.keys')::text);
