@@ -28,6 +28,9 @@ CREATE TABLE pgq.groups (
     max_backoff  interval NOT NULL DEFAULT '1 hour'
                  CHECK (max_backoff >= '0'),
     owner        regrole NOT NULL,
+    -- roles granted consume and produce by pgq.grant(); '-' is PUBLIC
+    consumers    regrole[] NOT NULL DEFAULT '{}',
+    producers    regrole[] NOT NULL DEFAULT '{}',
     -- how the query was read when the group was created: an asynchronous
     -- materialization runs it with these settings, {name, value, ...}
     search_path  text NOT NULL,
@@ -290,6 +293,32 @@ LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION pgq.result(bigint, interval) IS
 'an item''s state and result, waiting up to "wait" for it to be done or dead';
 
+CREATE FUNCTION pgq.grant(group_name text, role text,
+                          privilege text DEFAULT 'consume')
+RETURNS void
+AS 'MODULE_PATHNAME', 'pgq_grant'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION pgq.grant(text, text, text) IS
+'let a role (or PUBLIC) consume or produce on a group; for its owner';
+
+CREATE FUNCTION pgq.revoke(group_name text, role text,
+                           privilege text DEFAULT 'consume')
+RETURNS void
+AS 'MODULE_PATHNAME', 'pgq_revoke'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION pgq.revoke(text, text, text) IS
+'take back what pgq.grant() gave';
+
+-- May the current user do anything with a group of this owner and these
+-- grantees?  The views show only such groups.
+CREATE FUNCTION pgq.may_see(owner regrole, consumers regrole[],
+                            producers regrole[])
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'pgq_may_see'
+LANGUAGE C STABLE;
+
 CREATE FUNCTION pgq.wake_maintenance()
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'pgq_wake_maintenance'
@@ -395,7 +424,8 @@ CROSS JOIN LATERAL (
                              - coalesce(c.claimed, f.own), 0)
                ELSE r.remaining - r.failed - c.claimed
            END AS pending) s
-WHERE g.kind = 'query';
+WHERE g.kind = 'query'
+  AND pgq.may_see(g.owner, g.consumers, g.producers);
 
 COMMENT ON VIEW pgq.group_stats IS
 'progress of every group: blocks pending, claimed, done and failed';
@@ -429,6 +459,7 @@ SELECT g.group_name AS queue_name,
 FROM pgq.groups g
 LEFT JOIN pgq.items i ON i.group_id = g.group_id
 WHERE g.kind = 'queue'
+  AND pgq.may_see(g.owner, g.consumers, g.producers)
 GROUP BY g.group_id;
 
 COMMENT ON VIEW pgq.queue_stats IS
@@ -447,7 +478,8 @@ SELECT g.group_name AS queue_name,
        i.finished_at AS failed_at
 FROM pgq.items i
 JOIN pgq.groups g ON g.group_id = i.group_id
-WHERE i.state = 'f';
+WHERE i.state = 'f'
+  AND pgq.may_see(g.owner, g.consumers, g.producers);
 
 COMMENT ON VIEW pgq.dead_items IS
 'dead-lettered items of every queue, with their last error and all their errors';
@@ -480,3 +512,12 @@ COMMENT ON VIEW pgq.workers IS
 
 -- A maintenance pass in this database, soon after CREATE EXTENSION commits.
 SELECT pgq.wake_maintenance();
+
+-- Privileges (see privilege.c): pgq's tables belong to the extension's
+-- owner and are granted to nobody; its functions check what their caller
+-- may do with each group.  Using pgq takes USAGE on the schema, and the
+-- views show each user the groups it may use.
+REVOKE ALL ON ALL TABLES IN SCHEMA pgq FROM PUBLIC;
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA pgq FROM PUBLIC;
+GRANT SELECT ON pgq.group_stats, pgq.queue_stats, pgq.dead_items,
+      pgq.workers TO PUBLIC;

@@ -775,10 +775,12 @@ pgq_register_worker(PG_FUNCTION_ARGS)
 	int64		worker_id;
 	bool		isnull;
 	int			rc;
+	PgqScope	scope;
 
 	pgq_check_not_in_recovery("register a worker");
 	values[1] = Int32GetDatum(MyProcPid);
 
+	pgq_enter(&scope);
 	SPI_connect();
 
 	pgq_forget_dead_workers();
@@ -797,6 +799,7 @@ pgq_register_worker(PG_FUNCTION_ARGS)
 	worker_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
 											SPI_tuptable->tupdesc, 1, &isnull));
 	SPI_finish();
+	pgq_leave(&scope);
 
 	if (!try_lock(worker_id, PGQ_LOCK_WORKER))
 		elog(ERROR, "could not lock new worker " INT64_FORMAT, worker_id);
@@ -819,12 +822,14 @@ pgq_check_worker(PG_FUNCTION_ARGS)
 	int64		worker_id;
 	int			rc;
 	bool		registered;
+	PgqScope	scope;
 
 	pgq_check_arg_not_null(fcinfo, 0, "worker_id");
 	worker_id = PG_GETARG_INT64(0);
 	if (!lock_held(worker_id, PGQ_LOCK_WORKER))
 		PG_RETURN_BOOL(false);
 
+	pgq_enter(&scope);
 	SPI_connect();
 	values[0] = Int64GetDatum(worker_id);
 	rc = SPI_execute_with_args("SELECT FROM pgq.worker_registry "
@@ -834,6 +839,7 @@ pgq_check_worker(PG_FUNCTION_ARGS)
 		elog(ERROR, "could not read worker: %s", SPI_result_code_string(rc));
 	registered = SPI_processed > 0;
 	SPI_finish();
+	pgq_leave(&scope);
 	PG_RETURN_BOOL(registered);
 }
 
@@ -861,6 +867,7 @@ pgq_relock(PG_FUNCTION_ARGS)
 	int			nelems;
 	Datum	   *regained;
 	int			nregained = 0;
+	PgqScope	scope;
 
 	pgq_check_arg_not_null(fcinfo, 0, "block_ids");
 	pgq_check_arg_not_null(fcinfo, 1, "worker_id");
@@ -872,6 +879,7 @@ pgq_relock(PG_FUNCTION_ARGS)
 				 errdetail("An older snapshot could show a block that another worker has completed since."),
 				 errhint("Start the transaction with BEGIN ISOLATION LEVEL READ COMMITTED.")));
 	input = PG_GETARG_ARRAYTYPE_P(0);
+	pgq_enter(&scope);
 	pgq_advisory_check_worker_held(PG_GETARG_INT64(1));
 	deconstruct_array(input, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE,
 					  &elems, &elemnulls, &nelems);
@@ -893,6 +901,7 @@ pgq_relock(PG_FUNCTION_ARGS)
 		reserve_held();
 		if (!lookup_advisory_block(block_id, &group))
 			continue;
+		pgq_check_privilege(&group, PGQ_PRIV_CONSUME);
 		if (holds_block(&group.ref, block_id))
 		{
 			regained[nregained++] = elems[i];
@@ -904,6 +913,7 @@ pgq_relock(PG_FUNCTION_ARGS)
 			regained[nregained++] = elems[i];
 	}
 	SPI_finish();
+	pgq_leave(&scope);
 
 	PG_RETURN_ARRAYTYPE_P(construct_array(regained, nregained, INT8OID, 8,
 										  FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));

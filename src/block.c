@@ -26,22 +26,37 @@ PG_FUNCTION_INFO_V1(pgq_fail);
 PG_FUNCTION_INFO_V1(pgq_extend);
 
 /*
- * Start an operation on a block: check the block id, connect to SPI and look
- * the block up.  False (SPI finished) if there is no such block.
+ * Start an operation on a block or item: check the id, connect to SPI, look
+ * it up and check that the caller may consume its group.  False (all ended)
+ * if there is no such block or item.  end_block_op() ends the others.
  */
 static bool
-begin_block_op(FunctionCallInfo fcinfo, const char *what, PgqGroup *group)
+begin_block_op(FunctionCallInfo fcinfo, const char *what, PgqGroup *group,
+			   PgqScope *scope)
 {
 	pgq_check_arg_not_null(fcinfo, 0, "block_id");
 	pgq_check_not_in_recovery(what);
+	pgq_enter(scope);
 	SPI_connect();
 	if (pgq_lookup_block(PG_GETARG_INT64(0), group) ||
 		pgq_lookup_item(PG_GETARG_INT64(0), group))
+	{
+		pgq_check_privilege(group, PGQ_PRIV_CONSUME);
 		return true;
+	}
 	SPI_finish();
+	pgq_leave(scope);
 	/* an advisory lock on a block that is gone is of no use any more */
 	pgq_advisory_forget_block(PG_GETARG_INT64(0));
 	return false;
+}
+
+/* End an operation begun with begin_block_op(). */
+static void
+end_block_op(PgqScope *scope)
+{
+	SPI_finish();
+	pgq_leave(scope);
 }
 
 /* The attempt argument that lease mode requires. */
@@ -92,10 +107,11 @@ Datum
 pgq_complete(PG_FUNCTION_ARGS)
 {
 	PgqGroup	group;
+	PgqScope	scope;
 	int64		block_id;
 	bool		done = false;
 
-	if (!begin_block_op(fcinfo, "complete a block", &group))
+	if (!begin_block_op(fcinfo, "complete a block", &group, &scope))
 		PG_RETURN_BOOL(false);
 	block_id = PG_GETARG_INT64(0);
 	if (group.kind == PGQ_KIND_QUEUE)
@@ -119,7 +135,7 @@ pgq_complete(PG_FUNCTION_ARGS)
 			done = pgq_advisory_complete(&group, block_id);
 			break;
 	}
-	SPI_finish();
+	end_block_op(&scope);
 	PG_RETURN_BOOL(done);
 }
 
@@ -133,10 +149,11 @@ Datum
 pgq_release(PG_FUNCTION_ARGS)
 {
 	PgqGroup	group;
+	PgqScope	scope;
 	int64		block_id;
 	bool		done = false;
 
-	if (!begin_block_op(fcinfo, "release a block", &group))
+	if (!begin_block_op(fcinfo, "release a block", &group, &scope))
 		PG_RETURN_BOOL(false);
 	block_id = PG_GETARG_INT64(0);
 	if (group.kind == PGQ_KIND_QUEUE && group.mode == PGQ_MODE_LEASE)
@@ -155,7 +172,7 @@ pgq_release(PG_FUNCTION_ARGS)
 			done = pgq_advisory_release(&group, block_id);
 			break;
 	}
-	SPI_finish();
+	end_block_op(&scope);
 	PG_RETURN_BOOL(done);
 }
 
@@ -170,6 +187,7 @@ Datum
 pgq_fail(PG_FUNCTION_ARGS)
 {
 	PgqGroup	group;
+	PgqScope	scope;
 	int64		block_id;
 	text	   *error = PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1);
 	Interval   *retry_after = PG_ARGISNULL(2) ? NULL : PG_GETARG_INTERVAL_P(2);
@@ -177,7 +195,7 @@ pgq_fail(PG_FUNCTION_ARGS)
 
 	if (retry_after != NULL)
 		pgq_check_retry_after(retry_after);
-	if (!begin_block_op(fcinfo, "fail a block", &group))
+	if (!begin_block_op(fcinfo, "fail a block", &group, &scope))
 		PG_RETURN_BOOL(false);
 	block_id = PG_GETARG_INT64(0);
 	if (group.kind == PGQ_KIND_QUEUE)
@@ -196,7 +214,7 @@ pgq_fail(PG_FUNCTION_ARGS)
 			done = pgq_advisory_fail(&group, block_id, error, retry_after);
 			break;
 	}
-	SPI_finish();
+	end_block_op(&scope);
 	PG_RETURN_BOOL(done);
 }
 
@@ -210,11 +228,12 @@ Datum
 pgq_extend(PG_FUNCTION_ARGS)
 {
 	PgqGroup	group;
+	PgqScope	scope;
 	bool		done = false;
 
 	pgq_check_arg_not_null(fcinfo, 1, "lease");
 	pgq_check_lease(PG_GETARG_INTERVAL_P(1));
-	if (!begin_block_op(fcinfo, "extend a lease", &group))
+	if (!begin_block_op(fcinfo, "extend a lease", &group, &scope))
 		PG_RETURN_BOOL(false);
 	if (group.mode != PGQ_MODE_LEASE)
 		refuse_mode("pgq.extend()", &group,
@@ -227,6 +246,6 @@ pgq_extend(PG_FUNCTION_ARGS)
 		done = pgq_lease_extend(&group, PG_GETARG_INT64(0),
 								required_attempt(fcinfo, 2),
 								PG_GETARG_INTERVAL_P(1));
-	SPI_finish();
+	end_block_op(&scope);
 	PG_RETURN_BOOL(done);
 }

@@ -322,6 +322,7 @@ pgq_claim(PG_FUNCTION_ARGS)
 	ClaimedBlock *blocks;
 	int			nblocks = 0;
 	TimestampTz deadline = 0;
+	PgqScope	scope;
 
 	pgq_check_arg_not_null(fcinfo, 0, "group_name");
 	pgq_check_arg_not_null(fcinfo, 1, "max_blocks");
@@ -345,8 +346,10 @@ pgq_claim(PG_FUNCTION_ARGS)
 	resultcxt = rsinfo->econtext->ecxt_per_query_memory;
 	blocks = MemoryContextAllocZero(resultcxt, max_blocks * sizeof(ClaimedBlock));
 
+	pgq_enter(&scope);
 	SPI_connect();
 	pgq_lookup_group(name, &group);
+	pgq_check_privilege(&group, PGQ_PRIV_CONSUME);
 	pgq_check_claim_context(group.mode);
 	if (group.mode == PGQ_MODE_ADVISORY)
 	{
@@ -367,6 +370,7 @@ pgq_claim(PG_FUNCTION_ARGS)
 						group.name),
 				 errhint("pgq.group_stats shows why.  Drop the group and create it again.")));
 		SPI_finish();
+		pgq_leave(&scope);
 		return (Datum) 0;
 	}
 
@@ -401,6 +405,7 @@ pgq_claim(PG_FUNCTION_ARGS)
 	if (deadline != 0)
 		pgq_wait_done();
 	SPI_finish();
+	pgq_leave(&scope);
 
 	for (int i = 0; i < nblocks; i++)
 	{

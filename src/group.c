@@ -320,11 +320,25 @@ pgq_block_writer_finish(PgqBlockWriter *writer)
 		write_block(writer);
 }
 
-/* A PgqIdSink that cuts ids into blocks: the synchronous path. */
+/* What the synchronous path's sink needs. */
+typedef struct BlockSink
+{
+	PgqBlockWriter writer;
+	const PgqScope *scope;
+} BlockSink;
+
+/*
+ * A PgqIdSink that cuts ids into blocks: the synchronous path.  The query
+ * runs as the caller; its blocks are written as the owner of pgq's tables.
+ */
 static void
 block_sink(const int64 *ids, int n, void *arg)
 {
-	pgq_block_writer_add((PgqBlockWriter *) arg, (const char *) ids, n);
+	BlockSink  *sink = (BlockSink *) arg;
+
+	pgq_become_owner(sink->scope);
+	pgq_block_writer_add(&sink->writer, (const char *) ids, n);
+	pgq_become_caller(sink->scope);
 }
 
 /*
@@ -412,7 +426,7 @@ insert_group(text *name, PgqMode mode, text *query, int block_size,
 	values[1] = CStringGetTextDatum(pgq_mode_name(mode));
 	values[2] = PointerGetDatum(query);
 	values[3] = Int32GetDatum(block_size);
-	values[4] = ObjectIdGetDatum(GetUserId());
+	values[4] = ObjectIdGetDatum(pgq_caller);
 	values[5] = IntervalPGetDatum(lease);
 	values[6] = Int32GetDatum(max_attempts);
 	values[7] = capture_settings();
@@ -517,7 +531,8 @@ check_existing_group(text *name, PgqMode mode, text *query, int block_size,
 
 /*
  * Fill *group from a row of (group_id, mode, created_at, lease, max_attempts,
- * group_name, state, kind, backoff, max_backoff).
+ * group_name, state, kind, backoff, max_backoff, owner, consumers,
+ * producers), and what the caller may do with the group.
  */
 static void
 group_from_tuple(HeapTuple tuple, TupleDesc tupdesc, PgqGroup *group)
@@ -537,11 +552,15 @@ group_from_tuple(HeapTuple tuple, TupleDesc tupdesc, PgqGroup *group)
 		PGQ_KIND_QUEUE : PGQ_KIND_QUERY;
 	group->backoff = *DatumGetIntervalP(SPI_getbinval(tuple, tupdesc, 9, &isnull));
 	group->max_backoff = *DatumGetIntervalP(SPI_getbinval(tuple, tupdesc, 10, &isnull));
+	pgq_set_privileges(group,
+					   DatumGetObjectId(SPI_getbinval(tuple, tupdesc, 11, &isnull)),
+					   SPI_getbinval(tuple, tupdesc, 12, &isnull),
+					   SPI_getbinval(tuple, tupdesc, 13, &isnull));
 }
 
-/* Look a group up by name, inside SPI; an error if it does not exist. */
-void
-pgq_lookup_group(text *name, PgqGroup *group)
+/* Look a group up by name, inside SPI; false if it does not exist. */
+bool
+pgq_find_group(text *name, PgqGroup *group)
 {
 	static SPIPlanPtr plan = NULL;
 	Datum		values[1];
@@ -552,7 +571,8 @@ pgq_lookup_group(text *name, PgqGroup *group)
 		Oid			argtypes[1] = {TEXTOID};
 
 		plan = pgq_keep_plan("SELECT group_id, mode, created_at, lease, max_attempts, "
-							 "group_name, state, kind, backoff, max_backoff "
+							 "group_name, state, kind, backoff, max_backoff, "
+							 "owner, consumers, producers "
 							 "FROM pgq.groups WHERE group_name " OP("=") " $1",
 							 1, argtypes);
 	}
@@ -561,11 +581,20 @@ pgq_lookup_group(text *name, PgqGroup *group)
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "could not read group: %s", SPI_result_code_string(rc));
 	if (SPI_processed == 0)
+		return false;
+	group_from_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, group);
+	return true;
+}
+
+/* Look a group up by name, inside SPI; an error if it does not exist. */
+void
+pgq_lookup_group(text *name, PgqGroup *group)
+{
+	if (!pgq_find_group(name, group))
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("group \"%s\" does not exist", text_to_cstring(name)),
 				 errhint("Create it with pgq.create_group().")));
-	group_from_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, group);
 }
 
 /*
@@ -585,7 +614,8 @@ pgq_lookup_block(int64 block_id, PgqGroup *group)
 
 		plan = pgq_keep_plan("SELECT g.group_id, g.mode, g.created_at, g.lease, "
 							 "g.max_attempts, g.group_name, g.state, g.kind, "
-							 "g.backoff, g.max_backoff "
+							 "g.backoff, g.max_backoff, g.owner, g.consumers, "
+							 "g.producers "
 							 "FROM pgq.blocks b JOIN pgq.groups g "
 							 "ON g.group_id " OP("=") " b.group_id "
 							 "WHERE b.block_id " OP("=") " $1",
@@ -618,7 +648,8 @@ pgq_lookup_item(int64 item_id, PgqGroup *group)
 
 		plan = pgq_keep_plan("SELECT g.group_id, g.mode, g.created_at, g.lease, "
 							 "g.max_attempts, g.group_name, g.state, g.kind, "
-							 "g.backoff, g.max_backoff "
+							 "g.backoff, g.max_backoff, g.owner, g.consumers, "
+							 "g.producers "
 							 "FROM pgq.items i JOIN pgq.groups g "
 							 "ON g.group_id " OP("=") " i.group_id "
 							 "WHERE i.item_id " OP("=") " $1",
@@ -683,6 +714,7 @@ pgq_create_group(PG_FUNCTION_ARGS)
 	Interval   *timeout;
 	int64		group_id;
 	SPIPlanPtr	plan;
+	PgqScope	scope;
 
 	pgq_check_arg_not_null(fcinfo, 0, "group_name");
 	pgq_check_arg_not_null(fcinfo, 1, "query");
@@ -714,42 +746,59 @@ pgq_create_group(PG_FUNCTION_ARGS)
 	timeout = materialize_timeout(fcinfo, async);
 	pgq_check_not_in_recovery("create a group");
 
+	pgq_enter(&scope);
 	SPI_connect();
 	for (;;)
 	{
+		PgqGroup	existing;
+
 		CHECK_FOR_INTERRUPTS();
 		group_id = insert_group(name, mode, query, block_size, lease,
 								max_attempts, timeout);
 		if (group_id != 0)
 			break;
 		if (check_existing_group(name, mode, query, block_size, lease,
-								 max_attempts))
+								 max_attempts) &&
+			pgq_find_group(name, &existing))
 		{
+			/* joining a group is for those who may consume it */
+			pgq_check_privilege(&existing, PGQ_PRIV_CONSUME);
 			SPI_finish();
+			pgq_leave(&scope);
 			PG_RETURN_BOOL(false);
 		}
 		/* dropped between our insert and our look: try again */
 	}
 
-	/* either way, a query that cannot run is refused here and now */
+	/*
+	 * The query is parsed and run as the caller, with its rights; either
+	 * way, a query that cannot run is refused here and now.
+	 */
+	pgq_become_caller(&scope);
 	plan = pgq_prepare_group_query(text_to_cstring(query));
 	if (async)
+	{
+		pgq_become_owner(&scope);
 		pgq_start_materialization(group_id);
+	}
 	else
 	{
-		PgqBlockWriter writer;
+		BlockSink	sink;
 		int64		total_ids;
 
-		pgq_block_writer_init(&writer, group_id, block_size);
-		total_ids = pgq_run_group_query(plan, block_sink, &writer);
-		pgq_block_writer_finish(&writer);
-		Assert(total_ids == writer.nids);
-		pgq_mark_ready(group_id, total_ids, writer.nblocks);
-		if (writer.nblocks > 0)
+		sink.scope = &scope;
+		pgq_block_writer_init(&sink.writer, group_id, block_size);
+		total_ids = pgq_run_group_query(plan, block_sink, &sink);
+		pgq_become_owner(&scope);
+		pgq_block_writer_finish(&sink.writer);
+		Assert(total_ids == sink.writer.nids);
+		pgq_mark_ready(group_id, total_ids, sink.writer.nblocks);
+		if (sink.writer.nblocks > 0)
 			pgq_notify_group(text_to_cstring(name));
 	}
 
 	SPI_finish();
+	pgq_leave(&scope);
 	PG_RETURN_BOOL(true);
 }
 
@@ -767,6 +816,8 @@ pgq_drop_group(PG_FUNCTION_ARGS)
 	Oid			argtypes[1] = {TEXTOID};
 	Datum		values[1];
 	PgqGroupRef group;
+	PgqGroup	dropped;
+	PgqScope	scope;
 	bool		isnull;
 	int			rc;
 
@@ -774,17 +825,20 @@ pgq_drop_group(PG_FUNCTION_ARGS)
 	pgq_check_name(PG_GETARG_TEXT_PP(0));
 	pgq_check_not_in_recovery("drop a group");
 
+	pgq_enter(&scope);
 	SPI_connect();
 	values[0] = PG_GETARG_DATUM(0);
 	rc = SPI_execute_with_args("DELETE FROM pgq.groups "
 							   "WHERE group_name " OP("=") " $1 "
-							   "RETURNING group_id, created_at",
+							   "RETURNING group_id, created_at, owner, "
+							   "consumers, producers, group_name",
 							   1, argtypes, values, NULL, false, 0);
 	if (rc != SPI_OK_DELETE_RETURNING)
 		elog(ERROR, "could not delete group: %s", SPI_result_code_string(rc));
 	if (SPI_processed == 0)
 	{
 		SPI_finish();
+		pgq_leave(&scope);
 		PG_RETURN_BOOL(false);
 	}
 	group.dbid = MyDatabaseId;
@@ -794,6 +848,20 @@ pgq_drop_group(PG_FUNCTION_ARGS)
 	group.created_at = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0],
 														 SPI_tuptable->tupdesc,
 														 2, &isnull));
+
+	/* only the owner may drop; an error undoes the delete */
+	strlcpy(dropped.name, SPI_getvalue(SPI_tuptable->vals[0],
+									   SPI_tuptable->tupdesc, 6),
+			sizeof(dropped.name));
+	pgq_set_privileges(&dropped,
+					   DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0],
+													  SPI_tuptable->tupdesc,
+													  3, &isnull)),
+					   SPI_getbinval(SPI_tuptable->vals[0],
+									 SPI_tuptable->tupdesc, 4, &isnull),
+					   SPI_getbinval(SPI_tuptable->vals[0],
+									 SPI_tuptable->tupdesc, 5, &isnull));
+	pgq_check_privilege(&dropped, PGQ_PRIV_ADMIN);
 
 	pgq_xact_remember_drop(&group);
 	argtypes[0] = INT8OID;
@@ -810,5 +878,6 @@ pgq_drop_group(PG_FUNCTION_ARGS)
 		elog(ERROR, "could not delete items: %s", SPI_result_code_string(rc));
 
 	SPI_finish();
+	pgq_leave(&scope);
 	PG_RETURN_BOOL(true);
 }

@@ -66,7 +66,29 @@ typedef struct PgqGroup
 	int32		max_attempts;
 	Interval	backoff;		/* queues: the first retry's delay */
 	Interval	max_backoff;	/* queues: the longest retry delay */
+	Oid			owner;			/* the role that created it */
+	bool		may_consume;	/* what the caller may do with it */
+	bool		may_produce;
+	bool		may_admin;
 } PgqGroup;
+
+/* What a caller may do with a group (see privilege.c). */
+typedef enum PgqPrivilege
+{
+	PGQ_PRIV_CONSUME,
+	PGQ_PRIV_PRODUCE,
+	PGQ_PRIV_ADMIN,
+	PGQ_PRIV_USE				/* consume or produce */
+} PgqPrivilege;
+
+/* The caller and the user to go back to, while pgq acts as its tables' owner. */
+typedef struct PgqScope
+{
+	Oid			save_userid;
+	int			save_sec_context;
+	Oid			save_caller;
+	Oid			owner;
+} PgqScope;
 
 /* A claimed block or item, as pgq.claim() returns it. */
 typedef struct ClaimedBlock
@@ -134,6 +156,16 @@ extern int64 pgq_interval_ms(const Interval *span);
 extern SPIPlanPtr pgq_keep_plan(const char *sql, int nargs, Oid *argtypes);
 extern TimestampTz pgq_time_after(TimestampTz start, const Interval *span);
 
+/* privilege.c */
+extern Oid	pgq_caller;
+extern void pgq_enter(PgqScope *scope);
+extern void pgq_leave(PgqScope *scope);
+extern void pgq_become_owner(const PgqScope *scope);
+extern void pgq_become_caller(const PgqScope *scope);
+extern void pgq_set_privileges(PgqGroup *group, Oid owner, Datum consumers,
+							   Datum producers);
+extern void pgq_check_privilege(const PgqGroup *group, PgqPrivilege what);
+
 /* group.c */
 extern SPIPlanPtr pgq_prepare_group_query(const char *query);
 extern int64 pgq_run_group_query(SPIPlanPtr query_plan, PgqIdSink sink,
@@ -146,6 +178,7 @@ extern void pgq_block_writer_finish(PgqBlockWriter *writer);
 extern void pgq_mark_ready(int64 group_id, int64 total_ids,
 						   int64 total_blocks);
 extern void pgq_invalidate_block_plans(void);
+extern bool pgq_find_group(text *name, PgqGroup *group);
 extern void pgq_lookup_group(text *name, PgqGroup *group);
 extern bool pgq_lookup_block(int64 block_id, PgqGroup *group);
 extern bool pgq_lookup_item(int64 item_id, PgqGroup *group);

@@ -106,10 +106,11 @@ pgq_create_queue(PG_FUNCTION_ARGS)
 	"backoff", "max_backoff"};
 	text	   *name;
 	PgqMode		mode;
-	Oid			argtypes[6] = {TEXTOID, TEXTOID, INTERVALOID, INT4OID,
-	INTERVALOID, INTERVALOID};
+	Oid			argtypes[7] = {TEXTOID, TEXTOID, INTERVALOID, INT4OID,
+	INTERVALOID, INTERVALOID, REGROLEOID};
 	Datum		values[7];
 	int			rc;
+	PgqScope	scope;
 
 	for (int i = 0; i < 6; i++)
 		pgq_check_arg_not_null(fcinfo, i, argnames[i]);
@@ -136,9 +137,12 @@ pgq_create_queue(PG_FUNCTION_ARGS)
 		values[i] = PG_GETARG_DATUM(i);
 	values[1] = CStringGetTextDatum(pgq_mode_name(mode));
 
+	pgq_enter(&scope);
+	values[6] = ObjectIdGetDatum(pgq_caller);
 	SPI_connect();
 	for (;;)
 	{
+		PgqGroup	existing;
 		HeapTuple	tuple;
 		TupleDesc	tupdesc;
 		bool		isnull;
@@ -149,18 +153,18 @@ pgq_create_queue(PG_FUNCTION_ARGS)
 								   "owner, search_path, settings, lease, "
 								   "max_attempts, backoff, max_backoff, "
 								   "total_ids, total_blocks, ready_at) "
-								   "VALUES ($1, 'queue', $2, 1, 'ready', "
-								   "pg_catalog.current_user()::pg_catalog.regrole, "
+								   "VALUES ($1, 'queue', $2, 1, 'ready', $7, "
 								   "pg_catalog.current_setting('search_path'), "
 								   "'{}', $3, $4, $5, $6, 0, 0, "
 								   "pg_catalog.clock_timestamp()) "
 								   "ON CONFLICT (group_name) DO NOTHING",
-								   6, argtypes, values, NULL, false, 0);
+								   7, argtypes, values, NULL, false, 0);
 		if (rc != SPI_OK_INSERT)
 			elog(ERROR, "could not insert a queue: %s", SPI_result_code_string(rc));
 		if (SPI_processed == 1)
 		{
 			SPI_finish();
+			pgq_leave(&scope);
 			PG_RETURN_BOOL(true);
 		}
 
@@ -191,7 +195,12 @@ pgq_create_queue(PG_FUNCTION_ARGS)
 					 errmsg("queue \"%s\" already exists with other settings",
 							text_to_cstring(name)),
 					 errhint("See pgq.queue_stats for its settings, or drop it first with pgq.drop_group().")));
+		/* joining a queue is for those who may use it */
+		if (!pgq_find_group(name, &existing))
+			continue;
+		pgq_check_privilege(&existing, PGQ_PRIV_USE);
 		SPI_finish();
+		pgq_leave(&scope);
 		PG_RETURN_BOOL(false);
 	}
 }
@@ -367,6 +376,7 @@ pgq_enqueue(PG_FUNCTION_ARGS)
 	text	   *key = PG_ARGISNULL(2) ? NULL : PG_GETARG_TEXT_PP(2);
 	int32		priority;
 	int64		id;
+	PgqScope	scope;
 
 	pgq_check_arg_not_null(fcinfo, 0, "group_name");
 	pgq_check_arg_not_null(fcinfo, 3, "priority");
@@ -379,12 +389,15 @@ pgq_enqueue(PG_FUNCTION_ARGS)
 	check_priority(priority);
 	pgq_check_not_in_recovery("enqueue");
 
+	pgq_enter(&scope);
 	SPI_connect();
 	lookup_queue(PG_GETARG_TEXT_PP(0), &group);
+	pgq_check_privilege(&group, PGQ_PRIV_PRODUCE);
 	id = enqueue_one(&group, PG_GETARG_DATUM(1), PG_ARGISNULL(1), key,
 					 priority, PG_GETARG_DATUM(4), PG_ARGISNULL(4),
 					 PG_GETARG_DATUM(5), PG_ARGISNULL(5));
 	SPI_finish();
+	pgq_leave(&scope);
 	PG_RETURN_INT64(id);
 }
 
@@ -444,6 +457,7 @@ pgq_enqueue_many(PG_FUNCTION_ARGS)
 	Datum		values[7];
 	char		nulls[7] = "       ";
 	int			rc;
+	PgqScope	scope;
 
 	pgq_check_arg_not_null(fcinfo, 0, "group_name");
 	pgq_check_arg_not_null(fcinfo, 3, "priority");
@@ -472,8 +486,10 @@ pgq_enqueue_many(PG_FUNCTION_ARGS)
 	if (n == 0)
 		PG_RETURN_ARRAYTYPE_P(construct_empty_array(INT8OID));
 
+	pgq_enter(&scope);
 	SPI_connect();
 	lookup_queue(PG_GETARG_TEXT_PP(0), &group);
+	pgq_check_privilege(&group, PGQ_PRIV_PRODUCE);
 	pending = due_now(!PG_ARGISNULL(4), PG_GETARG_TIMESTAMPTZ(4));
 
 	/*
@@ -542,6 +558,7 @@ pgq_enqueue_many(PG_FUNCTION_ARGS)
 		pgq_notify_group(group.name);
 	}
 	SPI_finish();
+	pgq_leave(&scope);
 
 	result = palloc(n * sizeof(Datum));
 	for (int i = 0; i < n; i++)
@@ -991,6 +1008,46 @@ wake_returned_groups(int col)
 }
 
 /*
+ * Error out unless the caller may consume every group that the blocks and
+ * items of ids (a bigint[] Datum) belong to.
+ */
+static void
+check_consume_all(Datum ids)
+{
+	Oid			argtypes[1] = {INT8ARRAYOID};
+	Datum		values[1] = {ids};
+	int			rc;
+
+	rc = SPI_execute_with_args("SELECT group_name, owner, consumers, producers "
+							   "FROM pgq.groups WHERE group_id " OP("=") " ANY (ARRAY("
+							   "SELECT group_id FROM pgq.items "
+							   "WHERE item_id " OP("=") " ANY ($1) "
+							   "UNION SELECT group_id FROM pgq.blocks "
+							   "WHERE block_id " OP("=") " ANY ($1)))",
+							   1, argtypes, values, NULL, false, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "could not read groups: %s", SPI_result_code_string(rc));
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		PgqGroup	group;
+		bool		isnull;
+
+		strlcpy(group.name, SPI_getvalue(SPI_tuptable->vals[i],
+										 SPI_tuptable->tupdesc, 1),
+				sizeof(group.name));
+		pgq_set_privileges(&group,
+						   DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i],
+														  SPI_tuptable->tupdesc,
+														  2, &isnull)),
+						   SPI_getbinval(SPI_tuptable->vals[i],
+										 SPI_tuptable->tupdesc, 3, &isnull),
+						   SPI_getbinval(SPI_tuptable->vals[i],
+										 SPI_tuptable->tupdesc, 4, &isnull));
+		pgq_check_privilege(&group, PGQ_PRIV_CONSUME);
+	}
+}
+
+/*
  * pgq.complete_many(block_ids, attempts, results) -> bigint[]
  *
  * Complete many lease-mode claims in two statements, whatever their number:
@@ -1011,6 +1068,7 @@ pgq_complete_many(PG_FUNCTION_ARGS)
 	Datum	   *done;
 	int			ndone = 0;
 	int			rc;
+	PgqScope	scope;
 
 	pgq_check_arg_not_null(fcinfo, 0, "block_ids");
 	get_arg_array(fcinfo, 0, "block_ids", INT8OID, &ids);
@@ -1042,7 +1100,9 @@ pgq_complete_many(PG_FUNCTION_ARGS)
 	nulls[2] = PG_ARGISNULL(2) ? 'n' : ' ';
 	done = palloc(ids.n * sizeof(Datum));
 
+	pgq_enter(&scope);
 	SPI_connect();
+	check_consume_all(values[0]);
 	rc = SPI_execute_with_args("UPDATE pgq.items i SET state = 'd', due_at = NULL, "
 							   "result = u.result, "
 							   "finished_at = pg_catalog.clock_timestamp() "
@@ -1092,6 +1152,7 @@ pgq_complete_many(PG_FUNCTION_ARGS)
 	if (ndone > 0)
 		pgq_lease_durable();
 	SPI_finish();
+	pgq_leave(&scope);
 	qsort(done, ndone, sizeof(Datum), compare_datum_int64);
 	PG_RETURN_ARRAYTYPE_P(construct_array(done, ndone, INT8OID, sizeof(int64),
 										  FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
@@ -1135,6 +1196,7 @@ retry_item(int64 item_id)
 		/* a dead-lettered block of a query group can be retried too */
 		if (pgq_lookup_block(item_id, &group))
 		{
+			pgq_check_privilege(&group, PGQ_PRIV_CONSUME);
 			values[0] = Int64GetDatum(group.ref.group_id);
 			values[1] = Int64GetDatum(item_id);
 			rc = SPI_execute_with_args("UPDATE pgq.blocks SET state = 'p', "
@@ -1161,6 +1223,7 @@ retry_item(int64 item_id)
 				 errhint("Done and dead-lettered items are removed once pgq.retention has passed.")));
 	}
 
+	pgq_check_privilege(&group, PGQ_PRIV_USE);
 	values[0] = Int64GetDatum(group.ref.group_id);
 	values[1] = Int64GetDatum(item_id);
 	rc = SPI_execute_with_args("UPDATE pgq.items SET state = 'p', attempt = 0, "
@@ -1199,11 +1262,14 @@ Datum
 pgq_retry(PG_FUNCTION_ARGS)
 {
 	bool		done;
+	PgqScope	scope;
 
 	pgq_check_not_in_recovery("retry an item");
+	pgq_enter(&scope);
 	SPI_connect();
 	done = retry_item(PG_GETARG_INT64(0));
 	SPI_finish();
+	pgq_leave(&scope);
 	PG_RETURN_BOOL(done);
 }
 
@@ -1215,12 +1281,15 @@ pgq_retry_key(PG_FUNCTION_ARGS)
 	text	   *key = PG_GETARG_TEXT_PP(1);
 	int64		item_id;
 	bool		done;
+	PgqScope	scope;
 
 	pgq_check_name(PG_GETARG_TEXT_PP(0));
 	check_key(key);
 	pgq_check_not_in_recovery("retry an item");
+	pgq_enter(&scope);
 	SPI_connect();
 	lookup_queue(PG_GETARG_TEXT_PP(0), &group);
+	pgq_check_privilege(&group, PGQ_PRIV_USE);
 	item_id = item_with_key(&group, key);
 	if (item_id == 0)
 		ereport(ERROR,
@@ -1229,6 +1298,7 @@ pgq_retry_key(PG_FUNCTION_ARGS)
 						group.name, text_to_cstring(key))));
 	done = retry_item(item_id);
 	SPI_finish();
+	pgq_leave(&scope);
 	PG_RETURN_BOOL(done);
 }
 
@@ -1251,6 +1321,7 @@ pgq_result(PG_FUNCTION_ARGS)
 	Datum		values[5];
 	bool		nulls[5];
 	HeapTuple	result;
+	PgqScope	scope;
 
 	pgq_check_arg_not_null(fcinfo, 0, "block_id");
 	item_id = PG_GETARG_INT64(0);
@@ -1266,6 +1337,7 @@ pgq_result(PG_FUNCTION_ARGS)
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
 
+	pgq_enter(&scope);
 	SPI_connect();
 	if (!pgq_lookup_item(item_id, &group))
 	{
@@ -1279,6 +1351,7 @@ pgq_result(PG_FUNCTION_ARGS)
 				 errmsg("item " INT64_FORMAT " does not exist", item_id),
 				 errhint("Done and dead-lettered items are removed once pgq.retention has passed.")));
 	}
+	pgq_check_privilege(&group, PGQ_PRIV_USE);
 	if (plan == NULL)
 	{
 		Oid			argtypes[2] = {INT8OID, INT8OID};
@@ -1329,6 +1402,7 @@ pgq_result(PG_FUNCTION_ARGS)
 		}
 	}
 	SPI_finish();
+	pgq_leave(&scope);
 	result = heap_form_tuple(tupdesc, values, nulls);
 	PG_RETURN_DATUM(HeapTupleGetDatum(result));
 }

@@ -1,0 +1,306 @@
+/*-------------------------------------------------------------------------
+ *
+ * privilege.c
+ *	  Who may do what with a group: its owner, and the roles it was granted
+ *	  to.
+ *
+ * pgq's tables belong to the extension's owner and are granted to nobody.
+ * Its functions run as their caller (SECURITY INVOKER), check what the
+ * caller may do with the group at hand, and then read and write pgq's
+ * tables as the tables' owner (pgq_enter()), the way a SECURITY DEFINER
+ * function would, but knowing who called.  Every statement they run that
+ * way names its relations, functions, operators and types with their
+ * schema, and takes user input as parameters only.
+ *
+ * A group's owner is the role that created it.  Members of the owner role
+ * (and superusers) may do everything with the group: use it, drop it, and
+ * grant or revoke:
+ *
+ *	- consume: claim, complete, release, fail, extend; read results and
+ *	  retry items; join the group with create_group / create_queue;
+ *	- produce (queues): enqueue; read results and retry items.
+ *
+ * Grants name roles (stored as regrole, so they survive pg_dump by name),
+ * or PUBLIC.  The views show the groups the caller may do something with.
+ * A group's query always runs as its owner, wherever it runs.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/syscache.h"
+
+#include "pgq.h"
+
+PG_FUNCTION_INFO_V1(pgq_grant);
+PG_FUNCTION_INFO_V1(pgq_revoke);
+PG_FUNCTION_INFO_V1(pgq_may_see);
+
+/* The role whose call of a pgq function is being served (see pgq_enter()). */
+Oid			pgq_caller = InvalidOid;
+
+/* The owner of pgq's tables: the role pgq_enter() switches to. */
+static Oid
+tables_owner(void)
+{
+	Oid			relid;
+	HeapTuple	tuple;
+	Oid			owner;
+
+	relid = get_relname_relid("groups", get_namespace_oid("pgq", false));
+	if (!OidIsValid(relid))
+		elog(ERROR, "pgq.groups does not exist");
+	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	if (!HeapTupleIsValid(tuple))
+		elog(ERROR, "cache lookup failed for relation %u", relid);
+	owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
+	ReleaseSysCache(tuple);
+	return owner;
+}
+
+/*
+ * Start serving a call: remember the caller, and act as the owner of pgq's
+ * tables until pgq_leave().  An error on the way rolls the (sub)transaction
+ * back, which puts the user back by itself.
+ */
+void
+pgq_enter(PgqScope *scope)
+{
+	GetUserIdAndSecContext(&scope->save_userid, &scope->save_sec_context);
+	scope->save_caller = pgq_caller;
+	scope->owner = tables_owner();
+	pgq_caller = scope->save_userid;
+	pgq_become_owner(scope);
+}
+
+/* End serving a call begun with pgq_enter(). */
+void
+pgq_leave(PgqScope *scope)
+{
+	SetUserIdAndSecContext(scope->save_userid, scope->save_sec_context);
+	pgq_caller = scope->save_caller;
+}
+
+/* Act as the owner of pgq's tables again, within pgq_enter(). */
+void
+pgq_become_owner(const PgqScope *scope)
+{
+	SetUserIdAndSecContext(scope->owner,
+						   scope->save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
+}
+
+/* Act as the caller again, within pgq_enter(): to run its group's query. */
+void
+pgq_become_caller(const PgqScope *scope)
+{
+	SetUserIdAndSecContext(scope->save_userid, scope->save_sec_context);
+}
+
+/* The role being served: the caller within pgq_enter(), else the user. */
+static Oid
+current_caller(void)
+{
+	return OidIsValid(pgq_caller) ? pgq_caller : GetUserId();
+}
+
+/* Does a regrole[] grant something to "role" (directly, by membership, or to PUBLIC)? */
+static bool
+granted_to(Oid role, Datum grantees)
+{
+	ArrayType  *array = DatumGetArrayTypeP(grantees);
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+
+	deconstruct_array(array, REGROLEOID, sizeof(Oid), true, TYPALIGN_INT,
+					  &elems, &nulls, &n);
+	for (int i = 0; i < n; i++)
+	{
+		Oid			grantee;
+
+		if (nulls[i])
+			continue;
+		grantee = DatumGetObjectId(elems[i]);
+		if (grantee == InvalidOid || has_privs_of_role(role, grantee))
+			return true;
+	}
+	return false;
+}
+
+/*
+ * Work out what the caller may do with a group, from its owner and its
+ * grantees (regrole[] Datums).
+ */
+void
+pgq_set_privileges(PgqGroup *group, Oid owner, Datum consumers,
+				   Datum producers)
+{
+	Oid			role = current_caller();
+
+	group->owner = owner;
+	group->may_admin = has_privs_of_role(role, owner);
+	group->may_consume = group->may_admin || granted_to(role, consumers);
+	group->may_produce = group->may_admin || granted_to(role, producers);
+}
+
+/* The name of a privilege, for messages and for pgq.grant(). */
+static const char *const privilege_names[] = {"consume", "produce", "admin"};
+
+/*
+ * Error out unless the caller may do "what" with the group.  PGQ_PRIV_USE
+ * is either consume or produce.
+ */
+void
+pgq_check_privilege(const PgqGroup *group, PgqPrivilege what)
+{
+	bool		ok;
+
+	switch (what)
+	{
+		case PGQ_PRIV_CONSUME:
+			ok = group->may_consume;
+			break;
+		case PGQ_PRIV_PRODUCE:
+			ok = group->may_produce;
+			break;
+		case PGQ_PRIV_USE:
+			ok = group->may_consume || group->may_produce;
+			break;
+		default:
+			ok = group->may_admin;
+			break;
+	}
+	if (ok)
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+			 errmsg("permission denied for group \"%s\"", group->name),
+			 what == PGQ_PRIV_ADMIN ?
+			 errdetail("Only the group's owner, %s, and its members may do this.",
+					   GetUserNameFromId(group->owner, true) ?
+					   GetUserNameFromId(group->owner, true) : "(dropped role)") :
+			 errdetail("This needs the %s privilege on the group.",
+					   what == PGQ_PRIV_USE ? "consume or produce" :
+					   privilege_names[what]),
+			 errhint("The group's owner can grant it with pgq.grant().")));
+}
+
+/* Parse a privilege name given to pgq.grant() or pgq.revoke(). */
+static const char *
+grant_column(text *privilege)
+{
+	char	   *name = text_to_cstring(privilege);
+
+	if (strcmp(name, "consume") == 0)
+		return "consumers";
+	if (strcmp(name, "produce") == 0)
+		return "producers";
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("unknown privilege \"%s\"", name),
+			 errhint("The privileges are \"consume\" and \"produce\"; the owner has both, and may drop the group.")));
+	return NULL;				/* keep the compiler quiet */
+}
+
+/*
+ * Add or remove a grantee in a group's consumers or producers, as its owner.
+ * role is InvalidOid for PUBLIC.
+ */
+static void
+change_grant(FunctionCallInfo fcinfo, bool grant)
+{
+	PgqScope	scope;
+	PgqGroup	group;
+	const char *column;
+	char	   *sql;
+	Oid			argtypes[2] = {INT8OID, REGROLEOID};
+	Datum		values[2];
+	char	   *rolename;
+	Oid			role;
+	int			rc;
+
+	pgq_check_arg_not_null(fcinfo, 0, "group_name");
+	pgq_check_arg_not_null(fcinfo, 1, "role");
+	pgq_check_arg_not_null(fcinfo, 2, "privilege");
+	pgq_check_name(PG_GETARG_TEXT_PP(0));
+	column = grant_column(PG_GETARG_TEXT_PP(2));
+	rolename = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	role = pg_strcasecmp(rolename, "public") == 0 ? InvalidOid :
+		get_role_oid(rolename, false);
+	pgq_check_not_in_recovery(grant ? "grant a privilege" : "revoke a privilege");
+
+	pgq_enter(&scope);
+	SPI_connect();
+	pgq_lookup_group(PG_GETARG_TEXT_PP(0), &group);
+	pgq_check_privilege(&group, PGQ_PRIV_ADMIN);
+
+	/* column comes from the list above, never from the caller */
+	if (grant)
+		sql = psprintf("UPDATE pgq.groups SET %s = %s "
+					   OP("||") " $2 "
+					   "WHERE group_id " OP("=") " $1 "
+					   "AND NOT ($2 " OP("=") " ANY (%s))",
+					   column, column, column);
+	else
+		sql = psprintf("UPDATE pgq.groups SET %s = "
+					   "pg_catalog.array_remove(%s, $2) "
+					   "WHERE group_id " OP("=") " $1",
+					   column, column);
+	values[0] = Int64GetDatum(group.ref.group_id);
+	values[1] = ObjectIdGetDatum(role);
+	rc = SPI_execute_with_args(sql, 2, argtypes, values, NULL, false, 0);
+	if (rc != SPI_OK_UPDATE)
+		elog(ERROR, "could not change the grants of group \"%s\": %s",
+			 group.name, SPI_result_code_string(rc));
+	SPI_finish();
+	pgq_leave(&scope);
+}
+
+/*
+ * pgq.grant(group_name, role, privilege) -> void
+ *
+ * Let a role, given by name, or PUBLIC consume or produce: only the group's
+ * owner may.
+ */
+Datum
+pgq_grant(PG_FUNCTION_ARGS)
+{
+	change_grant(fcinfo, true);
+	PG_RETURN_VOID();
+}
+
+/* pgq.revoke(group_name, role, privilege) -> void */
+Datum
+pgq_revoke(PG_FUNCTION_ARGS)
+{
+	change_grant(fcinfo, false);
+	PG_RETURN_VOID();
+}
+
+/*
+ * pgq.may_see(owner, consumers, producers) -> boolean
+ *
+ * May the current user do anything with a group of this owner and these
+ * grantees?  The views show only such groups.
+ */
+Datum
+pgq_may_see(PG_FUNCTION_ARGS)
+{
+	Oid			role = GetUserId();
+
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2))
+		PG_RETURN_BOOL(false);
+	PG_RETURN_BOOL(has_privs_of_role(role, PG_GETARG_OID(0)) ||
+				   granted_to(role, PG_GETARG_DATUM(1)) ||
+				   granted_to(role, PG_GETARG_DATUM(2)));
+}
