@@ -1,7 +1,7 @@
 # pgq: PGXS build
 EXTENSION = pgq
 MODULE_big = pgq
-OBJS = src/pgq.o src/shmem.o src/xact.o src/group.o src/claim.o src/lease.o src/advisory.o src/block.o src/wait.o src/worker.o src/materialize.o src/queue.o src/privilege.o
+OBJS = src/pgq.o src/shmem.o src/xact.o src/group.o src/claim.o src/lease.o src/advisory.o src/block.o src/wait.o src/worker.o src/materialize.o src/queue.o src/privilege.o src/admin.o
 DATA = sql/pgq--0.1.sql
 PGFILEDESC = "pgq - work distribution for PostgreSQL"
 
@@ -13,7 +13,7 @@ PG_CONFIG ?= pg_config
 override PG_CFLAGS += -Wno-unused-parameter -Wno-missing-field-initializers
 
 # pg_regress: a throwaway instance with pgq preloaded
-REGRESS = create_group claim hint security bad_input lease advisory modes_bad_input notify queue privileges reinstall
+REGRESS = create_group claim hint security bad_input lease advisory modes_bad_input notify queue privileges admin reinstall
 REGRESS_OPTS = --temp-instance=tmp_check_regress \
 	--temp-config=$(srcdir)/test/pgq.conf --load-extension=pgq
 
@@ -31,6 +31,10 @@ EXTRA_CLEAN = tmp_check_regress tmp_check_iso output_iso results regression.diff
 
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+# every source file includes the shared header: rebuild them all when it
+# changes (PGXS tracks no header dependencies)
+$(OBJS): src/pgq.h
 
 # Benchmarks against plain-SQL designs, on a throwaway server (as root):
 # see bench/README.md.

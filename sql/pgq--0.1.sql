@@ -31,6 +31,8 @@ CREATE TABLE pgq.groups (
     -- roles granted consume and produce by pgq.grant(); '-' is PUBLIC
     consumers    regrole[] NOT NULL DEFAULT '{}',
     producers    regrole[] NOT NULL DEFAULT '{}',
+    -- pgq.pause(): claims hand out nothing until pgq.resume()
+    paused       boolean NOT NULL DEFAULT false,
     -- how the query was read when the group was created: an asynchronous
     -- materialization runs it with these settings, {name, value, ...}
     search_path  text NOT NULL,
@@ -139,6 +141,8 @@ SELECT pg_catalog.pg_extension_config_dump('pgq.items', '');
 -- has none of it, which is how a worker learns that its locks are gone.  Ids
 -- come from a logged sequence, so they never repeat, not even after a crash.
 CREATE SEQUENCE pgq.worker_id_seq AS bigint;
+-- dumped, so that ids keep not repeating after a restore (the registry is not)
+SELECT pg_catalog.pg_extension_config_dump('pgq.worker_id_seq', '');
 
 CREATE UNLOGGED TABLE pgq.worker_registry (
     worker_id     bigint PRIMARY KEY,
@@ -319,6 +323,39 @@ RETURNS boolean
 AS 'MODULE_PATHNAME', 'pgq_may_see'
 LANGUAGE C STABLE;
 
+CREATE FUNCTION pgq.pause(group_name text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'pgq_pause'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION pgq.pause(text) IS
+'stop handing out the work of a group or queue; false if it was paused';
+
+CREATE FUNCTION pgq.resume(group_name text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'pgq_resume'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION pgq.resume(text) IS
+'hand out the work of a paused group or queue again; false if it was not paused';
+
+CREATE FUNCTION pgq.purge(group_name text, older_than interval DEFAULT '0',
+                          dead boolean DEFAULT false)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'pgq_purge'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION pgq.purge(text, interval, boolean) IS
+'remove a queue''s done (and, with dead, dead-lettered) items, or a group''s dead-lettered blocks';
+
+CREATE FUNCTION pgq.rematerialize(group_name text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'pgq_rematerialize'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION pgq.rematerialize(text) IS
+'run a failed group''s query again, asynchronously, as its owner';
+
 CREATE FUNCTION pgq.wake_maintenance()
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'pgq_wake_maintenance'
@@ -373,8 +410,9 @@ CREATE VIEW pgq.group_stats AS
 SELECT g.group_name,
        g.mode,
        CASE WHEN g.state = 'ready' AND s.pending = 0
-                 AND coalesce(s.claimed, f.own) = 0
-            THEN 'drained' ELSE g.state END AS state,
+                 AND coalesce(s.claimed, f.own) = 0 THEN 'drained'
+            WHEN g.paused THEN 'paused'
+            ELSE g.state END AS state,
        g.block_size,
        g.total_ids,
        g.total_blocks,
@@ -455,7 +493,8 @@ SELECT g.group_name AS queue_name,
        g.backoff,
        g.max_backoff,
        g.owner,
-       g.created_at
+       g.created_at,
+       g.paused
 FROM pgq.groups g
 LEFT JOIN pgq.items i ON i.group_id = g.group_id
 WHERE g.kind = 'queue'

@@ -211,22 +211,24 @@ pgq_wait_deadline(Interval *wait)
 }
 
 /*
- * The group's state now, as a fresh snapshot sees it: a materializing group
- * becomes ready or failed while claims wait on it.  A group dropped since is
- * reported as failed: it yields nothing more either.
+ * Read the group's state and pause again, with a fresh snapshot: a
+ * materializing group becomes ready or failed while claims wait on it, and
+ * a paused one is resumed.  A group dropped since is reported as failed: it
+ * yields nothing more either.
  */
-static PgqGroupState
-current_state(const PgqGroup *group)
+static void
+refresh_group(PgqGroup *group)
 {
 	static SPIPlanPtr plan = NULL;
 	Datum		values[1];
+	bool		isnull;
 	int			rc;
 
 	if (plan == NULL)
 	{
 		Oid			argtypes[1] = {INT8OID};
 
-		plan = pgq_keep_plan("SELECT state FROM pgq.groups "
+		plan = pgq_keep_plan("SELECT state, paused FROM pgq.groups "
 							 "WHERE group_id " OP("=") " $1",
 							 1, argtypes);
 	}
@@ -235,14 +237,21 @@ current_state(const PgqGroup *group)
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "could not read group: %s", SPI_result_code_string(rc));
 	if (SPI_processed == 0)
-		return PGQ_GROUP_FAILED;
-	return pgq_parse_state(SPI_getvalue(SPI_tuptable->vals[0],
-										SPI_tuptable->tupdesc, 1));
+	{
+		group->state = PGQ_GROUP_FAILED;
+		group->paused = false;
+		return;
+	}
+	group->state = pgq_parse_state(SPI_getvalue(SPI_tuptable->vals[0],
+												SPI_tuptable->tupdesc, 1));
+	group->paused = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
+											   SPI_tuptable->tupdesc, 2,
+											   &isnull));
 }
 
 /*
- * Can the group never yield another block?  Not while it is materializing;
- * always once it failed.  Otherwise, true when no block is pending,
+ * Can the group never yield another block?  Not while it is paused or
+ * materializing; always once it failed.  Otherwise, true when no block is pending,
  * claimed under a lease or waiting for a retry, and no other session holds a
  * claim that it might give back.  Blocks below the hint are consumed or
  * held, so only the part from the hint on is looked at.  Blocks held by
@@ -275,10 +284,12 @@ group_exhausted(PgqGroup *group)
 							 2, argtypes);
 	}
 
+	if (group->paused || group->state == PGQ_GROUP_MATERIALIZING)
+		refresh_group(group);
+	if (group->paused)
+		return false;			/* until it is resumed */
 	if (group->kind == PGQ_KIND_QUEUE)
 		return false;			/* producers can always add more */
-	if (group->state == PGQ_GROUP_MATERIALIZING)
-		group->state = current_state(group);
 	if (group->state == PGQ_GROUP_MATERIALIZING)
 		return false;
 	if (group->state == PGQ_GROUP_FAILED)
@@ -381,8 +392,13 @@ pgq_claim(PG_FUNCTION_ARGS)
 	 */
 	for (;;)
 	{
-		switch (group.kind == PGQ_KIND_QUEUE ? -1 : (int) group.mode)
+		/* a paused group hands out nothing; a waiting claim waits on */
+		switch (group.paused ? -2 : group.kind == PGQ_KIND_QUEUE ? -1 :
+				(int) group.mode)
 		{
+			case -2:
+				nblocks = 0;
+				break;
 			case -1:
 				nblocks = pgq_queue_claim(&group, max_blocks, blocks, resultcxt);
 				break;

@@ -532,7 +532,7 @@ check_existing_group(text *name, PgqMode mode, text *query, int block_size,
 /*
  * Fill *group from a row of (group_id, mode, created_at, lease, max_attempts,
  * group_name, state, kind, backoff, max_backoff, owner, consumers,
- * producers), and what the caller may do with the group.
+ * producers, paused), and what the caller may do with the group.
  */
 static void
 group_from_tuple(HeapTuple tuple, TupleDesc tupdesc, PgqGroup *group)
@@ -556,6 +556,7 @@ group_from_tuple(HeapTuple tuple, TupleDesc tupdesc, PgqGroup *group)
 					   DatumGetObjectId(SPI_getbinval(tuple, tupdesc, 11, &isnull)),
 					   SPI_getbinval(tuple, tupdesc, 12, &isnull),
 					   SPI_getbinval(tuple, tupdesc, 13, &isnull));
+	group->paused = DatumGetBool(SPI_getbinval(tuple, tupdesc, 14, &isnull));
 }
 
 /* Look a group up by name, inside SPI; false if it does not exist. */
@@ -572,7 +573,7 @@ pgq_find_group(text *name, PgqGroup *group)
 
 		plan = pgq_keep_plan("SELECT group_id, mode, created_at, lease, max_attempts, "
 							 "group_name, state, kind, backoff, max_backoff, "
-							 "owner, consumers, producers "
+							 "owner, consumers, producers, paused "
 							 "FROM pgq.groups WHERE group_name " OP("=") " $1",
 							 1, argtypes);
 	}
@@ -615,7 +616,7 @@ pgq_lookup_block(int64 block_id, PgqGroup *group)
 		plan = pgq_keep_plan("SELECT g.group_id, g.mode, g.created_at, g.lease, "
 							 "g.max_attempts, g.group_name, g.state, g.kind, "
 							 "g.backoff, g.max_backoff, g.owner, g.consumers, "
-							 "g.producers "
+							 "g.producers, g.paused "
 							 "FROM pgq.blocks b JOIN pgq.groups g "
 							 "ON g.group_id " OP("=") " b.group_id "
 							 "WHERE b.block_id " OP("=") " $1",
@@ -649,7 +650,7 @@ pgq_lookup_item(int64 item_id, PgqGroup *group)
 		plan = pgq_keep_plan("SELECT g.group_id, g.mode, g.created_at, g.lease, "
 							 "g.max_attempts, g.group_name, g.state, g.kind, "
 							 "g.backoff, g.max_backoff, g.owner, g.consumers, "
-							 "g.producers "
+							 "g.producers, g.paused "
 							 "FROM pgq.items i JOIN pgq.groups g "
 							 "ON g.group_id " OP("=") " i.group_id "
 							 "WHERE i.item_id " OP("=") " $1",

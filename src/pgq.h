@@ -60,6 +60,7 @@ typedef struct PgqGroup
 	PgqGroupRef ref;
 	PgqGroupKind kind;
 	PgqGroupState state;
+	bool		paused;			/* pgq.pause(): claims get nothing */
 	char		name[PGQ_MAX_GROUP_NAME_LEN * 4 + 1];	/* in the server encoding */
 	PgqMode		mode;
 	Interval	lease;
