@@ -22,7 +22,7 @@ say() { printf '\n=== %s\n' "$*"; }
 install_packages() {
 	local missing=()
 	for pkg in "postgresql-$pg_major" "postgresql-server-dev-$pg_major" \
-		libipc-run-perl python3-psycopg make gcc; do
+		libipc-run-perl python3-psycopg pgbouncer make gcc; do
 		dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
 	done
 	if [ ${#missing[@]} -gt 0 ]; then
