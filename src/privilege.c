@@ -45,6 +45,7 @@
 PG_FUNCTION_INFO_V1(pgq_grant);
 PG_FUNCTION_INFO_V1(pgq_revoke);
 PG_FUNCTION_INFO_V1(pgq_may_see);
+PG_FUNCTION_INFO_V1(pgq_has_group_privilege);
 
 /* The role whose call of a pgq function is being served (see pgq_enter()). */
 Oid			pgq_caller = InvalidOid;
@@ -303,4 +304,42 @@ pgq_may_see(PG_FUNCTION_ARGS)
 	PG_RETURN_BOOL(has_privs_of_role(role, PG_GETARG_OID(0)) ||
 				   granted_to(role, PG_GETARG_DATUM(1)) ||
 				   granted_to(role, PG_GETARG_DATUM(2)));
+}
+
+/*
+ * pgq.has_group_privilege(group_name, privilege) -> boolean  (since 0.2)
+ *
+ * Whether the current user may "consume", "produce" or "admin" (own) the
+ * group, as pgq's functions decide it.  An error for a group that does not
+ * exist, as has_table_privilege() gives for a table.
+ */
+Datum
+pgq_has_group_privilege(PG_FUNCTION_ARGS)
+{
+	char	   *privilege = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	PgqScope	scope;
+	PgqGroup	group;
+	bool		result;
+
+	pgq_check_name(PG_GETARG_TEXT_PP(0));
+	if (strcmp(privilege, "consume") != 0 && strcmp(privilege, "produce") != 0 &&
+		strcmp(privilege, "admin") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("unknown privilege \"%s\"", privilege),
+				 errhint("The privileges are \"consume\", \"produce\" and \"admin\".")));
+
+	pgq_enter(&scope);
+	SPI_connect();
+	pgq_lookup_group(PG_GETARG_TEXT_PP(0), &group);
+	SPI_finish();
+	pgq_leave(&scope);
+
+	if (strcmp(privilege, "consume") == 0)
+		result = group.may_consume;
+	else if (strcmp(privilege, "produce") == 0)
+		result = group.may_produce;
+	else
+		result = group.may_admin;
+	PG_RETURN_BOOL(result);
 }
