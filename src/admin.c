@@ -65,6 +65,7 @@ set_paused(const PgqGroup *group, bool paused)
 							   2, argtypes, values, NULL, false, 0);
 	if (rc != SPI_OK_UPDATE)
 		elog(ERROR, "could not update group: %s", SPI_result_code_string(rc));
+	pgq_invalidate_groups();
 	return SPI_processed > 0;
 }
 
@@ -195,6 +196,7 @@ pgq_rematerialize(PG_FUNCTION_ARGS)
 	if (rc != SPI_OK_DELETE)
 		elog(ERROR, "could not delete blocks: %s", SPI_result_code_string(rc));
 
+	pgq_invalidate_groups();
 	/* the group's shared claim state starts afresh at commit */
 	pgq_xact_remember_drop(&group.ref);
 	pgq_start_materialization(group.ref.group_id);

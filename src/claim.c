@@ -359,7 +359,7 @@ pgq_claim(PG_FUNCTION_ARGS)
 
 	pgq_enter(&scope);
 	SPI_connect();
-	pgq_lookup_group(name, &group);
+	pgq_lookup_group_cached(name, &group);
 	pgq_check_privilege(&group, PGQ_PRIV_CONSUME);
 	pgq_check_claim_context(group.mode);
 	if (group.mode == PGQ_MODE_ADVISORY)

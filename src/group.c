@@ -24,6 +24,8 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/datum.h"
+#include "utils/hsearch.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -364,6 +366,7 @@ pgq_mark_ready(int64 group_id, int64 total_ids, int64 total_blocks)
 							   3, argtypes, values, NULL, false, 0);
 	if (rc != SPI_OK_UPDATE || SPI_processed != 1)
 		elog(ERROR, "could not mark group " INT64_FORMAT " ready", group_id);
+	pgq_invalidate_groups();
 	if (total_blocks > 0)
 		pgq_invalidate_block_plans();
 }
@@ -585,6 +588,129 @@ pgq_find_group(text *name, PgqGroup *group)
 		return false;
 	group_from_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, group);
 	return true;
+}
+
+/*
+ * A per-backend cache of groups looked up by name, for the hot paths (claims
+ * and enqueues), which would otherwise spend a statement per call on it.
+ * It holds what a lookup reads, grantees included; what the caller may do
+ * is worked out again on every use, since the caller and its roles change.
+ *
+ * Whatever changes a group's cached fields (drop, grants, pause, the end of
+ * a materialization, retention) sends a relcache invalidation of pgq.groups
+ * at commit (pgq_invalidate_groups()), which every backend takes in before
+ * it uses the cache: a claim never acts on a group changed by a transaction
+ * that committed before the claim started.
+ */
+typedef struct CachedGroup
+{
+	char		name[PGQ_MAX_GROUP_NAME_LEN * 4 + 1];	/* hash key */
+	PgqGroup	group;
+	Datum		consumers;		/* regrole[], in group_cache_cxt */
+	Datum		producers;
+} CachedGroup;
+
+static HTAB *group_cache = NULL;
+static MemoryContext group_cache_cxt = NULL;
+static Oid	group_cache_relid = InvalidOid; /* pgq.groups, when filled */
+static bool group_cache_stale = false;
+
+/* Relcache callback: pgq.groups changed (or everything did). */
+static void
+group_cache_callback(Datum arg, Oid relid)
+{
+	if (relid == InvalidOid || relid == group_cache_relid)
+		group_cache_stale = true;
+}
+
+/* The cache, emptied if an invalidation came since it was last used. */
+static HTAB *
+group_cache_get(void)
+{
+	HASHCTL		ctl;
+
+	/*
+	 * Take in the invalidations committed since the transaction's start too
+	 * (cheap when there are none): a claim that comes after a drop's commit,
+	 * even in one long transaction, must not find the group.
+	 */
+	AcceptInvalidationMessages();
+	if (group_cache != NULL && !group_cache_stale)
+		return group_cache;
+	if (group_cache_cxt == NULL)
+	{
+		group_cache_cxt = AllocSetContextCreate(CacheMemoryContext,
+												"pgq group cache",
+												ALLOCSET_SMALL_SIZES);
+		CacheRegisterRelcacheCallback(group_cache_callback, (Datum) 0);
+	}
+	MemoryContextReset(group_cache_cxt);
+	memset(&ctl, 0, sizeof(ctl));
+	ctl.keysize = sizeof(((CachedGroup *) NULL)->name);
+	ctl.entrysize = sizeof(CachedGroup);
+	ctl.hcxt = group_cache_cxt;
+	group_cache = hash_create("pgq groups by name", 64, &ctl,
+							  HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
+	group_cache_relid = get_relname_relid("groups",
+										  get_namespace_oid("pgq", false));
+	group_cache_stale = false;
+	return group_cache;
+}
+
+/*
+ * Look a group up by name through the cache, inside SPI; an error if it
+ * does not exist.  Groups that are materializing are not cached: their
+ * state is about to change.
+ */
+void
+pgq_lookup_group_cached(text *name, PgqGroup *group)
+{
+	char		key[PGQ_MAX_GROUP_NAME_LEN * 4 + 1];
+	HTAB	   *cache = group_cache_get();
+	CachedGroup *entry;
+	bool		found;
+
+	text_to_cstring_buffer(name, key, sizeof(key));
+	entry = hash_search(cache, key, HASH_FIND, &found);
+	if (found)
+	{
+		*group = entry->group;
+		pgq_set_privileges(group, entry->group.owner, entry->consumers,
+						   entry->producers);
+		return;
+	}
+
+	pgq_lookup_group(name, group);
+	if (group->state == PGQ_GROUP_MATERIALIZING)
+		return;
+	{
+		MemoryContext old = MemoryContextSwitchTo(group_cache_cxt);
+		bool		isnull;
+
+		entry = hash_search(cache, key, HASH_ENTER, &found);
+		entry->group = *group;
+		/* the lookup's row is still SPI's current result */
+		entry->consumers = datumCopy(SPI_getbinval(SPI_tuptable->vals[0],
+												   SPI_tuptable->tupdesc,
+												   12, &isnull),
+									 false, -1);
+		entry->producers = datumCopy(SPI_getbinval(SPI_tuptable->vals[0],
+												   SPI_tuptable->tupdesc,
+												   13, &isnull),
+									 false, -1);
+		MemoryContextSwitchTo(old);
+	}
+}
+
+/*
+ * Have every backend drop its cached groups when this transaction commits:
+ * called by whatever changes what the cache holds.
+ */
+void
+pgq_invalidate_groups(void)
+{
+	CacheInvalidateRelcacheByRelid(get_relname_relid("groups",
+													 get_namespace_oid("pgq", false)));
 }
 
 /* Look a group up by name, inside SPI; an error if it does not exist. */
@@ -863,6 +989,7 @@ pgq_drop_group(PG_FUNCTION_ARGS)
 					   SPI_getbinval(SPI_tuptable->vals[0],
 									 SPI_tuptable->tupdesc, 5, &isnull));
 	pgq_check_privilege(&dropped, PGQ_PRIV_ADMIN);
+	pgq_invalidate_groups();
 
 	pgq_xact_remember_drop(&group);
 	argtypes[0] = INT8OID;

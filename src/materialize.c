@@ -396,6 +396,7 @@ fail_group(Writer *w, const char *reason)
 			 w->group.group_id);
 	/* waiters return at once from a failed group */
 	pgq_xact_wake_at_commit(&w->group);
+	pgq_invalidate_groups();
 	PopActiveSnapshot();
 	SPI_finish();
 	CommitTransactionCommand();

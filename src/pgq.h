@@ -181,6 +181,8 @@ extern void pgq_mark_ready(int64 group_id, int64 total_ids,
 extern void pgq_invalidate_block_plans(void);
 extern bool pgq_find_group(text *name, PgqGroup *group);
 extern void pgq_lookup_group(text *name, PgqGroup *group);
+extern void pgq_lookup_group_cached(text *name, PgqGroup *group);
+extern void pgq_invalidate_groups(void);
 extern bool pgq_lookup_block(int64 block_id, PgqGroup *group);
 extern bool pgq_lookup_item(int64 item_id, PgqGroup *group);
 

@@ -263,6 +263,7 @@ change_grant(FunctionCallInfo fcinfo, bool grant)
 	if (rc != SPI_OK_UPDATE)
 		elog(ERROR, "could not change the grants of group \"%s\": %s",
 			 group.name, SPI_result_code_string(rc));
+	pgq_invalidate_groups();
 	SPI_finish();
 	pgq_leave(&scope);
 }

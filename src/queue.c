@@ -84,7 +84,7 @@ PG_FUNCTION_INFO_V1(pgq_result);
 static void
 lookup_queue(text *name, PgqGroup *group)
 {
-	pgq_lookup_group(name, group);
+	pgq_lookup_group_cached(name, group);
 	if (group->kind != PGQ_KIND_QUEUE)
 		ereport(ERROR,
 				(errcode(ERRCODE_WRONG_OBJECT_TYPE),

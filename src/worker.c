@@ -338,6 +338,7 @@ fail_dead_materializations(void)
 		if (SPI_processed == 1)
 		{
 			pgq_xact_wake_at_commit(&group);
+			pgq_invalidate_groups();
 			ereport(LOG,
 					(errmsg("pgq: materialization of group \"%s\" was interrupted; the group is marked failed",
 							SPI_getvalue(groups->vals[i], groups->tupdesc, 3))));
@@ -397,6 +398,7 @@ apply_retention(void)
 	ereport(LOG,
 			(errmsg("pgq: removed " UINT64_FORMAT " finished groups past pgq.retention",
 					SPI_processed)));
+	pgq_invalidate_groups();
 	{
 		uint64		ngroups = SPI_processed;
 		SPITupleTable *groups = SPI_tuptable;
