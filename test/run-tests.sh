@@ -95,6 +95,19 @@ if grep -q '^Files=' "$log_dir/tap.log"; then
 	failed=$((failed + f))
 fi
 
+# The Debian package (as root only: it installs packages and the .deb,
+# then removes the .deb and puts back what make install had put there).
+if [ "$(id -u)" = 0 ] && [ "${PGQ_SKIP_PACKAGE:-}" != 1 ]; then
+	say "debian package"
+	if bash "$top/test/package.sh" </dev/null 2>&1 | tee "$log_dir/package.log" &&
+		tail -n 1 "$log_dir/package.log" | grep -q '^package: OK'; then
+		passed=$((passed + 1))
+	else
+		failed=$((failed + 1))
+		failed_suites+=(package)
+	fi
+fi
+
 if [ ${#failed_suites[@]} -gt 0 ]; then
 	say "failed suites: ${failed_suites[*]}"
 	for diffs in "$work/regression.diffs" "$work/output_iso/regression.diffs"; do
