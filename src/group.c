@@ -562,32 +562,62 @@ group_from_tuple(HeapTuple tuple, TupleDesc tupdesc, PgqGroup *group)
 	group->paused = DatumGetBool(SPI_getbinval(tuple, tupdesc, 14, &isnull));
 }
 
+/*
+ * Fill *ref from columns col (group_id) and col + 1 (created_at) of an SPI
+ * row: how statements that return groups name them.
+ */
+void
+pgq_group_ref_from_tuple(HeapTuple tuple, TupleDesc tupdesc, int col,
+						 PgqGroupRef *ref)
+{
+	bool		isnull;
+
+	ref->dbid = MyDatabaseId;
+	ref->group_id = DatumGetInt64(SPI_getbinval(tuple, tupdesc, col, &isnull));
+	ref->created_at = DatumGetTimestampTz(SPI_getbinval(tuple, tupdesc,
+														col + 1, &isnull));
+}
+
+/*
+ * The columns group_from_tuple() reads, of pgq.groups as "g": every lookup
+ * of a group selects them.
+ */
+#define GROUP_COLUMNS \
+	"g.group_id, g.mode, g.created_at, g.lease, g.max_attempts, " \
+	"g.group_name, g.state, g.kind, g.backoff, g.max_backoff, g.owner, " \
+	"g.consumers, g.producers, g.paused "
+
+/*
+ * Run a lookup of one group by one argument, prepared once in *plan; false
+ * if it finds nothing.  The row stays SPI's current result.
+ */
+static bool
+lookup_by(SPIPlanPtr *plan, const char *sql, Oid argtype, Datum value,
+		  PgqGroup *group)
+{
+	int			rc;
+
+	if (*plan == NULL)
+		*plan = pgq_keep_plan(sql, 1, &argtype);
+	rc = SPI_execute_plan(*plan, &value, NULL, false, 1);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "could not look up a group: %s", SPI_result_code_string(rc));
+	if (SPI_processed == 0)
+		return false;
+	group_from_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, group);
+	return true;
+}
+
 /* Look a group up by name, inside SPI; false if it does not exist. */
 bool
 pgq_find_group(text *name, PgqGroup *group)
 {
 	static SPIPlanPtr plan = NULL;
-	Datum		values[1];
-	int			rc;
 
-	if (plan == NULL)
-	{
-		Oid			argtypes[1] = {TEXTOID};
-
-		plan = pgq_keep_plan("SELECT group_id, mode, created_at, lease, max_attempts, "
-							 "group_name, state, kind, backoff, max_backoff, "
-							 "owner, consumers, producers, paused "
-							 "FROM pgq.groups WHERE group_name " OP("=") " $1",
-							 1, argtypes);
-	}
-	values[0] = PointerGetDatum(name);
-	rc = SPI_execute_plan(plan, values, NULL, false, 1);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "could not read group: %s", SPI_result_code_string(rc));
-	if (SPI_processed == 0)
-		return false;
-	group_from_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, group);
-	return true;
+	return lookup_by(&plan,
+					 "SELECT " GROUP_COLUMNS "FROM pgq.groups g "
+					 "WHERE g.group_name " OP("=") " $1",
+					 TEXTOID, PointerGetDatum(name), group);
 }
 
 /*
@@ -732,30 +762,13 @@ bool
 pgq_lookup_block(int64 block_id, PgqGroup *group)
 {
 	static SPIPlanPtr plan = NULL;
-	Datum		values[1];
-	int			rc;
 
-	if (plan == NULL)
-	{
-		Oid			argtypes[1] = {INT8OID};
-
-		plan = pgq_keep_plan("SELECT g.group_id, g.mode, g.created_at, g.lease, "
-							 "g.max_attempts, g.group_name, g.state, g.kind, "
-							 "g.backoff, g.max_backoff, g.owner, g.consumers, "
-							 "g.producers, g.paused "
-							 "FROM pgq.blocks b JOIN pgq.groups g "
-							 "ON g.group_id " OP("=") " b.group_id "
-							 "WHERE b.block_id " OP("=") " $1",
-							 1, argtypes);
-	}
-	values[0] = Int64GetDatum(block_id);
-	rc = SPI_execute_plan(plan, values, NULL, false, 1);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "could not read block: %s", SPI_result_code_string(rc));
-	if (SPI_processed == 0)
-		return false;
-	group_from_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, group);
-	return true;
+	return lookup_by(&plan,
+					 "SELECT " GROUP_COLUMNS
+					 "FROM pgq.blocks b JOIN pgq.groups g "
+					 "ON g.group_id " OP("=") " b.group_id "
+					 "WHERE b.block_id " OP("=") " $1",
+					 INT8OID, Int64GetDatum(block_id), group);
 }
 
 /*
@@ -766,30 +779,13 @@ bool
 pgq_lookup_item(int64 item_id, PgqGroup *group)
 {
 	static SPIPlanPtr plan = NULL;
-	Datum		values[1];
-	int			rc;
 
-	if (plan == NULL)
-	{
-		Oid			argtypes[1] = {INT8OID};
-
-		plan = pgq_keep_plan("SELECT g.group_id, g.mode, g.created_at, g.lease, "
-							 "g.max_attempts, g.group_name, g.state, g.kind, "
-							 "g.backoff, g.max_backoff, g.owner, g.consumers, "
-							 "g.producers, g.paused "
-							 "FROM pgq.items i JOIN pgq.groups g "
-							 "ON g.group_id " OP("=") " i.group_id "
-							 "WHERE i.item_id " OP("=") " $1",
-							 1, argtypes);
-	}
-	values[0] = Int64GetDatum(item_id);
-	rc = SPI_execute_plan(plan, values, NULL, false, 1);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "could not read item: %s", SPI_result_code_string(rc));
-	if (SPI_processed == 0)
-		return false;
-	group_from_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, group);
-	return true;
+	return lookup_by(&plan,
+					 "SELECT " GROUP_COLUMNS
+					 "FROM pgq.items i JOIN pgq.groups g "
+					 "ON g.group_id " OP("=") " i.group_id "
+					 "WHERE i.item_id " OP("=") " $1",
+					 INT8OID, Int64GetDatum(item_id), group);
 }
 
 /*
@@ -968,13 +964,8 @@ pgq_drop_group(PG_FUNCTION_ARGS)
 		pgq_leave(&scope);
 		PG_RETURN_BOOL(false);
 	}
-	group.dbid = MyDatabaseId;
-	group.group_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-												 SPI_tuptable->tupdesc, 1,
-												 &isnull));
-	group.created_at = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0],
-														 SPI_tuptable->tupdesc,
-														 2, &isnull));
+	pgq_group_ref_from_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
+							 &group);
 
 	/* only the owner may drop; an error undoes the delete */
 	strlcpy(dropped.name, SPI_getvalue(SPI_tuptable->vals[0],

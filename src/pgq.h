@@ -179,6 +179,8 @@ extern void pgq_block_writer_finish(PgqBlockWriter *writer);
 extern void pgq_mark_ready(int64 group_id, int64 total_ids,
 						   int64 total_blocks);
 extern void pgq_invalidate_block_plans(void);
+extern void pgq_group_ref_from_tuple(HeapTuple tuple, TupleDesc tupdesc,
+									 int col, PgqGroupRef *ref);
 extern bool pgq_find_group(text *name, PgqGroup *group);
 extern void pgq_lookup_group(text *name, PgqGroup *group);
 extern void pgq_lookup_group_cached(text *name, PgqGroup *group);

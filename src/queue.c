@@ -981,28 +981,18 @@ compare_datum_int64(const void *a, const void *b)
 static void
 wake_returned_groups(int col)
 {
+	int64		previous = 0;
+
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
 		PgqGroupRef group;
-		bool		isnull;
 
-		group.dbid = MyDatabaseId;
-		group.group_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i],
-													 SPI_tuptable->tupdesc,
-													 col, &isnull));
-		group.created_at = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[i],
-															 SPI_tuptable->tupdesc,
-															 col + 1, &isnull));
-		/* rows come grouped: one record per run of a group is enough */
-		if (i > 0)
-		{
-			bool		isnull2;
-
-			if (DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i - 1],
-											SPI_tuptable->tupdesc, col,
-											&isnull2)) == group.group_id)
-				continue;
-		}
+		pgq_group_ref_from_tuple(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
+								 col, &group);
+		/* one record per run of rows of a group; a repeat would be harmless */
+		if (i > 0 && group.group_id == previous)
+			continue;
+		previous = group.group_id;
 		pgq_xact_wake_at_commit(&group);
 	}
 }

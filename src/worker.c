@@ -272,15 +272,9 @@ wake_due_groups(void)
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
 		PgqGroupRef group;
-		bool		isnull;
 
-		group.dbid = MyDatabaseId;
-		group.group_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i],
-													 SPI_tuptable->tupdesc,
-													 1, &isnull));
-		group.created_at = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[i],
-															 SPI_tuptable->tupdesc,
-															 2, &isnull));
+		pgq_group_ref_from_tuple(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
+								 1, &group);
 		pgq_wake_group(&group);
 	}
 }
@@ -309,15 +303,8 @@ fail_dead_materializations(void)
 	{
 		PgqGroupRef group;
 		Datum		values[1];
-		bool		isnull;
 
-		group.dbid = MyDatabaseId;
-		group.group_id = DatumGetInt64(SPI_getbinval(groups->vals[i],
-													 groups->tupdesc, 1,
-													 &isnull));
-		group.created_at = DatumGetTimestampTz(SPI_getbinval(groups->vals[i],
-															 groups->tupdesc,
-															 2, &isnull));
+		pgq_group_ref_from_tuple(groups->vals[i], groups->tupdesc, 1, &group);
 		if (pgq_materializer_alive(group.group_id))
 			continue;
 
@@ -406,16 +393,10 @@ apply_retention(void)
 		for (uint64 i = 0; i < ngroups; i++)
 		{
 			PgqGroupRef group;
-			bool		isnull;
 
 			CHECK_FOR_INTERRUPTS();
-			group.dbid = MyDatabaseId;
-			group.group_id = DatumGetInt64(SPI_getbinval(groups->vals[i],
-														 groups->tupdesc, 1,
-														 &isnull));
-			group.created_at = DatumGetTimestampTz(SPI_getbinval(groups->vals[i],
-																 groups->tupdesc,
-																 2, &isnull));
+			pgq_group_ref_from_tuple(groups->vals[i], groups->tupdesc, 1,
+									 &group);
 			pgq_xact_remember_drop(&group);
 			values[0] = Int64GetDatum(group.group_id);
 			rc = SPI_execute_with_args("DELETE FROM pgq.blocks "
