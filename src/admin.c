@@ -188,8 +188,14 @@ pgq_rematerialize(PG_FUNCTION_ARGS)
 							   "WHERE group_id " OP("=") " $1 "
 							   "AND state " OP("=") " 'failed'",
 							   1, argtypes, values, NULL, false, 0);
-	if (rc != SPI_OK_UPDATE || SPI_processed != 1)
-		elog(ERROR, "could not update group \"%s\"", group.name);
+	if (rc != SPI_OK_UPDATE)
+		elog(ERROR, "could not update group: %s", SPI_result_code_string(rc));
+	if (SPI_processed != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("group \"%s\" was dropped or changed by another transaction",
+						group.name),
+				 errhint("Look at pgq.group_stats, and try again if the group is still failed.")));
 	rc = SPI_execute_with_args("DELETE FROM pgq.blocks "
 							   "WHERE group_id " OP("=") " $1",
 							   1, argtypes, values, NULL, false, 0);

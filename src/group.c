@@ -17,14 +17,16 @@
 #include "access/xlog.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
+#include "common/hashfn.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "nodes/nodeFuncs.h"
 #include "nodes/parsenodes.h"
+#include "storage/lock.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
-#include "utils/guc.h"
 #include "utils/datum.h"
+#include "utils/guc.h"
 #include "utils/hsearch.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
@@ -563,6 +565,28 @@ group_from_tuple(HeapTuple tuple, TupleDesc tupdesc, PgqGroup *group)
 }
 
 /*
+ * Take a transaction-level lock on a group's name: shared by enqueues,
+ * exclusive for pgq.drop_group().  An enqueue looks its queue up and inserts
+ * without locking the queue's row (a row lock per enqueue would make that
+ * row hot); this lock keeps a drop from deleting the queue's items while an
+ * enqueue's items are yet to commit, and an enqueue that comes after a
+ * drop's commit finds the queue gone.  It is a lock-manager lock, in pgq's
+ * advisory key space: nothing is written.  Names that share a hash only
+ * wait for each other.
+ */
+void
+pgq_lock_group_name(text *name, bool exclusive)
+{
+	LOCKTAG		tag;
+	uint32		hash = hash_any((const unsigned char *) VARDATA_ANY(name),
+								VARSIZE_ANY_EXHDR(name));
+
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, 0, hash, PGQ_LOCK_GROUP_NAME);
+	(void) LockAcquire(&tag, exclusive ? ExclusiveLock : ShareLock, false,
+					   false);
+}
+
+/*
  * Fill *ref from columns col (group_id) and col + 1 (created_at) of an SPI
  * row: how statements that return groups name them.
  */
@@ -949,6 +973,7 @@ pgq_drop_group(PG_FUNCTION_ARGS)
 	pgq_check_not_in_recovery("drop a group");
 
 	pgq_enter(&scope);
+	pgq_lock_group_name(PG_GETARG_TEXT_PP(0), true);
 	SPI_connect();
 	values[0] = PG_GETARG_DATUM(0);
 	rc = SPI_execute_with_args("DELETE FROM pgq.groups "

@@ -390,6 +390,7 @@ pgq_enqueue(PG_FUNCTION_ARGS)
 	pgq_check_not_in_recovery("enqueue");
 
 	pgq_enter(&scope);
+	pgq_lock_group_name(PG_GETARG_TEXT_PP(0), false);
 	SPI_connect();
 	lookup_queue(PG_GETARG_TEXT_PP(0), &group);
 	pgq_check_privilege(&group, PGQ_PRIV_PRODUCE);
@@ -487,6 +488,7 @@ pgq_enqueue_many(PG_FUNCTION_ARGS)
 		PG_RETURN_ARRAYTYPE_P(construct_empty_array(INT8OID));
 
 	pgq_enter(&scope);
+	pgq_lock_group_name(PG_GETARG_TEXT_PP(0), false);
 	SPI_connect();
 	lookup_queue(PG_GETARG_TEXT_PP(0), &group);
 	pgq_check_privilege(&group, PGQ_PRIV_PRODUCE);
@@ -848,7 +850,8 @@ backoff_usecs(const PgqGroup *group, int32 attempt)
 	int64		delay = base;
 	double		r;
 
-	for (int i = 1; i < attempt && delay < cap; i++)
+	/* doubling from a positive base reaches the cap within 63 steps */
+	for (int i = 1; i < attempt && delay > 0 && delay < cap; i++)
 		delay *= 2;
 	delay = Min(delay, cap);
 #if PG_VERSION_NUM >= 150000
