@@ -9,7 +9,7 @@
 CREATE FUNCTION pgq.has_group_privilege(group_name text, privilege text)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'pgq_has_group_privilege'
-LANGUAGE C STABLE STRICT;
+LANGUAGE C VOLATILE STRICT;
 
 COMMENT ON FUNCTION pgq.has_group_privilege(text, text) IS
 'may the current user consume, produce or administer the group?';

@@ -406,7 +406,7 @@ LANGUAGE C VOLATILE STRICT;
 --   others then count as pending).  A block claimed by another open
 --   transaction is still visible to this snapshot, one claimed by this
 --   transaction is not ("own").
-CREATE VIEW pgq.group_stats AS
+CREATE VIEW pgq.group_stats WITH (security_barrier) AS
 SELECT g.group_name,
        g.mode,
        CASE WHEN g.state = 'ready' AND s.pending = 0
@@ -472,7 +472,7 @@ COMMENT ON VIEW pgq.group_stats IS
 -- has not run out; an item claimed in transaction mode counts as pending
 -- until the claiming transaction commits.  oldest_pending_age is how long
 -- the oldest claimable item has waited since it was enqueued (or came due).
-CREATE VIEW pgq.queue_stats AS
+CREATE VIEW pgq.queue_stats WITH (security_barrier) AS
 SELECT g.group_name AS queue_name,
        g.mode,
        count(i.item_id) FILTER (WHERE i.state = 'p'
@@ -505,7 +505,7 @@ COMMENT ON VIEW pgq.queue_stats IS
 'every queue: items pending, scheduled, running, done and dead, and the oldest pending item''s age';
 
 -- Dead-lettered items, with what went wrong.
-CREATE VIEW pgq.dead_items AS
+CREATE VIEW pgq.dead_items WITH (security_barrier) AS
 SELECT g.group_name AS queue_name,
        i.item_id,
        i.key,
@@ -555,8 +555,11 @@ SELECT pgq.wake_maintenance();
 -- Privileges (see privilege.c): pgq's tables belong to the extension's
 -- owner and are granted to nobody; its functions check what their caller
 -- may do with each group.  Using pgq takes USAGE on the schema, and the
--- views show each user the groups it may use.
+-- views show each user the groups it may use; they are security barriers,
+-- so that a caller's function in a WHERE clause never sees other rows.
 REVOKE ALL ON ALL TABLES IN SCHEMA pgq FROM PUBLIC;
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA pgq FROM PUBLIC;
+-- a pass over every database is for the extension's owner to ask for
+REVOKE EXECUTE ON FUNCTION pgq.wake_maintenance() FROM PUBLIC;
 GRANT SELECT ON pgq.group_stats, pgq.queue_stats, pgq.dead_items,
       pgq.workers TO PUBLIC;

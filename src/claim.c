@@ -22,6 +22,7 @@
 #include "utils/builtins.h"
 #include "utils/fmgrprotos.h"
 #include "utils/guc.h"
+#include "utils/resowner.h"
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 
@@ -316,6 +317,75 @@ group_exhausted(PgqGroup *group)
 }
 
 /*
+ * Did the current claim attempt change rows besides those it claimed (a
+ * block dead-lettered, due items moved back to pending)?  Then it must not
+ * be rolled back, even if it claimed nothing.
+ */
+static bool attempt_changed_more = false;
+
+/* Note that the current claim attempt changed rows it did not claim. */
+void
+pgq_claim_changed_more(void)
+{
+	attempt_changed_more = true;
+}
+
+/* One attempt to claim up to max_blocks blocks or items of the group. */
+static int
+claim_attempt(PgqGroup *group, int max_blocks, ClaimedBlock *blocks,
+			  MemoryContext resultcxt)
+{
+	/* a paused group hands out nothing; a waiting claim waits on */
+	if (group->paused)
+		return 0;
+	if (group->kind == PGQ_KIND_QUEUE)
+		return pgq_queue_claim(group, max_blocks, blocks, resultcxt);
+	switch (group->mode)
+	{
+		case PGQ_MODE_TRANSACTION:
+			return transaction_claim(&group->ref, max_blocks, blocks,
+									 resultcxt);
+		case PGQ_MODE_LEASE:
+			return pgq_lease_claim(group, max_blocks, blocks, resultcxt);
+		case PGQ_MODE_ADVISORY:
+			return pgq_advisory_claim(group, max_blocks, blocks, resultcxt);
+	}
+	return 0;					/* keep the compiler quiet */
+}
+
+/*
+ * claim_attempt() in a subtransaction of its own, rolled back if it claims
+ * nothing, for waiting claims that update rows (lease mode, queues).  In
+ * READ COMMITTED, FOR UPDATE SKIP LOCKED follows a row that another claim
+ * updated since the snapshot, locks its new version, finds that it no longer
+ * qualifies and skips it, but keeps the lock: a claim that then sleeps would
+ * hold up the other claimer's complete or fail for the whole wait.  The
+ * rollback lets go of such locks before the sleep.  An attempt that changed
+ * other rows (dead-lettered a block, moved due items back) is kept instead:
+ * that is rare, and undoing it would leave the group waiting for it.
+ */
+static int
+claim_attempt_apart(PgqGroup *group, int max_blocks, ClaimedBlock *blocks,
+					MemoryContext resultcxt)
+{
+	MemoryContext oldcxt = CurrentMemoryContext;
+	ResourceOwner oldowner = CurrentResourceOwner;
+	int			n;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(oldcxt);
+	attempt_changed_more = false;
+	n = claim_attempt(group, max_blocks, blocks, resultcxt);
+	if (n > 0 || attempt_changed_more)
+		ReleaseCurrentSubTransaction();
+	else
+		RollbackAndReleaseCurrentSubTransaction();
+	MemoryContextSwitchTo(oldcxt);
+	CurrentResourceOwner = oldowner;
+	return n;
+}
+
+/*
  * pgq.claim(group_name, max_blocks, wait, worker_id)
  *	  -> TABLE(block_id, attempt, ids, payload, data, key)
  *
@@ -390,32 +460,24 @@ pgq_claim(PG_FUNCTION_ARGS)
 	 * and claim again, until a block comes, the group can yield no more, or
 	 * the time is up.
 	 */
+	if (group.mode == PGQ_MODE_LEASE)
+		pgq_lease_claim_async();	/* here, not in an attempt's subtransaction */
 	for (;;)
 	{
-		/* a paused group hands out nothing; a waiting claim waits on */
-		switch (group.paused ? -2 : group.kind == PGQ_KIND_QUEUE ? -1 :
-				(int) group.mode)
-		{
-			case -2:
-				nblocks = 0;
-				break;
-			case -1:
-				nblocks = pgq_queue_claim(&group, max_blocks, blocks, resultcxt);
-				break;
-			case PGQ_MODE_TRANSACTION:
-				nblocks = transaction_claim(&group.ref, max_blocks, blocks,
-											resultcxt);
-				break;
-			case PGQ_MODE_LEASE:
-				nblocks = pgq_lease_claim(&group, max_blocks, blocks, resultcxt);
-				break;
-			case PGQ_MODE_ADVISORY:
-				nblocks = pgq_advisory_claim(&group, max_blocks, blocks,
-											 resultcxt);
-				break;
-		}
+		uint64		seen = pgq_wait_generation(&group.ref);
+
+		if (deadline != 0 &&
+			(group.mode == PGQ_MODE_LEASE || group.kind == PGQ_KIND_QUEUE))
+			nblocks = claim_attempt_apart(&group, max_blocks, blocks,
+										  resultcxt);
+		else
+			nblocks = claim_attempt(&group, max_blocks, blocks, resultcxt);
 		if (nblocks > 0 || deadline == 0 || group_exhausted(&group) ||
-			!pgq_wait_for_wakeup(&group.ref, deadline))
+			!pgq_wait_for_wakeup(&group.ref, deadline, seen))
+			break;
+		/* a pause, a resume or a failure may have come with the wake-up */
+		refresh_group(&group);
+		if (group.state == PGQ_GROUP_FAILED)
 			break;
 	}
 	if (deadline != 0)

@@ -423,7 +423,7 @@ insert_group(text *name, PgqMode mode, text *query, int block_size,
 	Oid			argtypes[9] = {TEXTOID, TEXTOID, TEXTOID, INT4OID, REGROLEOID,
 	INTERVALOID, INT4OID, TEXTARRAYOID, INTERVALOID};
 	Datum		values[9];
-	char		nulls[9] = "        ";
+	char		nulls[9];
 	bool		isnull;
 	int			rc;
 
@@ -434,6 +434,7 @@ insert_group(text *name, PgqMode mode, text *query, int block_size,
 	values[4] = ObjectIdGetDatum(pgq_caller);
 	values[5] = IntervalPGetDatum(lease);
 	values[6] = Int32GetDatum(max_attempts);
+	memset(nulls, ' ', sizeof(nulls));
 	values[7] = capture_settings();
 	values[8] = IntervalPGetDatum(timeout);
 	if (timeout == NULL)
@@ -453,6 +454,8 @@ insert_group(text *name, PgqMode mode, text *query, int block_size,
 		elog(ERROR, "could not insert a group: %s", SPI_result_code_string(rc));
 	if (SPI_processed == 0)
 		return 0;
+	/* should this roll back, this backend forgets what it cached of it */
+	pgq_invalidate_groups();
 	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
 									   SPI_tuptable->tupdesc, 1, &isnull));
 }
@@ -507,7 +510,7 @@ check_existing_group(text *name, PgqMode mode, text *query, int block_size,
 				(errcode(ERRCODE_DUPLICATE_OBJECT),
 				 errmsg("group \"%s\" already exists with a different query",
 						groupname),
-				 errdetail("The existing group's query is: %s", old_query),
+				 errdetail("The existing group's query is \"%s\".", old_query),
 				 errhint("Use another group name, or drop the group first with pgq.drop_group().")));
 	if (old_block_size != block_size)
 		ereport(ERROR,
@@ -743,15 +746,13 @@ pgq_lookup_group_cached(text *name, PgqGroup *group)
 
 		entry = hash_search(cache, key, HASH_ENTER, &found);
 		entry->group = *group;
-		/* the lookup's row is still SPI's current result */
-		entry->consumers = datumCopy(SPI_getbinval(SPI_tuptable->vals[0],
-												   SPI_tuptable->tupdesc,
-												   12, &isnull),
-									 false, -1);
-		entry->producers = datumCopy(SPI_getbinval(SPI_tuptable->vals[0],
-												   SPI_tuptable->tupdesc,
-												   13, &isnull),
-									 false, -1);
+		/* the lookup's row is still SPI's current result; detoasted copies */
+		entry->consumers = PointerGetDatum(PG_DETOAST_DATUM_COPY(SPI_getbinval(SPI_tuptable->vals[0],
+																			   SPI_tuptable->tupdesc,
+																			   12, &isnull)));
+		entry->producers = PointerGetDatum(PG_DETOAST_DATUM_COPY(SPI_getbinval(SPI_tuptable->vals[0],
+																			   SPI_tuptable->tupdesc,
+																			   13, &isnull)));
 		MemoryContextSwitchTo(old);
 	}
 }
@@ -904,17 +905,22 @@ pgq_create_group(PG_FUNCTION_ARGS)
 								max_attempts, timeout);
 		if (group_id != 0)
 			break;
-		if (check_existing_group(name, mode, query, block_size, lease,
-								 max_attempts) &&
-			pgq_find_group(name, &existing))
-		{
-			/* joining a group is for those who may consume it */
+
+		/*
+		 * Joining a group is for those who may consume it; nobody else
+		 * learns anything of its definition.
+		 */
+		if (!pgq_find_group(name, &existing))
+			continue;			/* dropped between our insert and our look */
+		if (existing.kind == PGQ_KIND_QUERY)
 			pgq_check_privilege(&existing, PGQ_PRIV_CONSUME);
+		if (check_existing_group(name, mode, query, block_size, lease,
+								 max_attempts))
+		{
 			SPI_finish();
 			pgq_leave(&scope);
 			PG_RETURN_BOOL(false);
 		}
-		/* dropped between our insert and our look: try again */
 	}
 
 	/*
@@ -975,6 +981,16 @@ pgq_drop_group(PG_FUNCTION_ARGS)
 	pgq_enter(&scope);
 	pgq_lock_group_name(PG_GETARG_TEXT_PP(0), true);
 	SPI_connect();
+
+	/* whoever may not drop it must not hold it up for others either */
+	if (!pgq_find_group(PG_GETARG_TEXT_PP(0), &dropped))
+	{
+		SPI_finish();
+		pgq_leave(&scope);
+		PG_RETURN_BOOL(false);
+	}
+	pgq_check_privilege(&dropped, PGQ_PRIV_ADMIN);
+
 	values[0] = PG_GETARG_DATUM(0);
 	rc = SPI_execute_with_args("DELETE FROM pgq.groups "
 							   "WHERE group_name " OP("=") " $1 "

@@ -144,6 +144,8 @@ claim_due(const PgqGroup *group, int limit, TimestampTz now,
 		n += got;
 		if (got == (int) SPI_processed)
 			break;				/* none was dead-lettered */
+		/* some were: that must stay, even if nothing else is claimed */
+		pgq_claim_changed_more();
 	}
 	return n;
 }

@@ -656,6 +656,7 @@ send_ids(const int64 *ids, int n, void *arg)
 	PgqMessage	msg;
 	shm_mq_iovec iov[2];
 
+	memset(&msg, 0, sizeof(msg));	/* no uninitialized padding in the queue */
 	msg.kind = PGQ_MSG_IDS;
 	msg.count = n;
 	iov[0].data = (const char *) &msg;
@@ -677,6 +678,7 @@ send_last(shm_mq_handle *mqh, PgqMessageKind kind, int64 count,
 	PgqMessage	msg;
 	shm_mq_iovec iov[2];
 
+	memset(&msg, 0, sizeof(msg));
 	msg.kind = kind;
 	msg.count = count;
 	iov[0].data = (const char *) &msg;
@@ -776,9 +778,9 @@ read_group(const PgqMaterializeArgs *args, shm_mq_handle *mqh)
 
 	/* background workers do not arm statement_timeout: arm it here */
 	if (!no_timeout)
-		enable_timeout_after(STATEMENT_TIMEOUT,
-							 (int) Min(pgq_interval_ms(DatumGetIntervalP(timeout)),
-									   INT_MAX));
+		enable_timeout_at(STATEMENT_TIMEOUT,
+						  TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+													  pgq_interval_ms(DatumGetIntervalP(timeout))));
 	plan = pgq_prepare_group_query(query);
 	total = pgq_run_group_query(plan, send_ids, mqh);
 	if (!no_timeout)
@@ -825,6 +827,9 @@ pgq_reader_main(Datum arg)
 	{
 		ErrorData  *edata;
 
+		/* a timeout firing now would turn the report into a FATAL one */
+		HOLD_INTERRUPTS();
+		disable_all_timeouts(false);
 		MemoryContextSwitchTo(TopMemoryContext);
 		edata = CopyErrorData();
 		EmitErrorReport();
@@ -833,6 +838,7 @@ pgq_reader_main(Datum arg)
 		send_last(mqh, PGQ_MSG_ERROR, 0,
 				  psprintf("%s (SQLSTATE %s)", edata->message,
 						   unpack_sql_state(edata->sqlerrcode)));
+		RESUME_INTERRUPTS();
 		proc_exit(0);
 	}
 	PG_END_TRY();

@@ -194,6 +194,7 @@ extern bool pgq_lookup_item(int64 item_id, PgqGroup *group);
 
 /* claim.c */
 extern void pgq_check_claim_context(PgqMode mode);
+extern void pgq_claim_changed_more(void);
 extern TimestampTz pgq_wait_deadline(Interval *wait);
 extern int	pgq_compare_claimed(const void *a, const void *b);
 extern int	pgq_claimed_from_spi(ClaimedBlock *blocks, int attempt_col,
@@ -219,7 +220,9 @@ extern void pgq_wait_init(void);
 extern Size pgq_wait_shmem_size(void);
 extern void pgq_wait_shmem_init(void);
 extern void pgq_wake_group(const PgqGroupRef *group);
-extern bool pgq_wait_for_wakeup(const PgqGroupRef *group, TimestampTz deadline);
+extern uint64 pgq_wait_generation(const PgqGroupRef *group);
+extern bool pgq_wait_for_wakeup(const PgqGroupRef *group, TimestampTz deadline,
+								uint64 seen);
 extern void pgq_wait_done(void);
 extern void pgq_notify_group(const char *group_name);
 

@@ -29,6 +29,7 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
@@ -69,6 +70,16 @@ tables_owner(void)
 	return owner;
 }
 
+/* At the end of a transaction, no call is being served any more. */
+static void
+reset_caller(XactEvent event, void *arg)
+{
+	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_COMMIT ||
+		event == XACT_EVENT_PARALLEL_ABORT || event == XACT_EVENT_PARALLEL_COMMIT ||
+		event == XACT_EVENT_PREPARE)
+		pgq_caller = InvalidOid;
+}
+
 /*
  * Start serving a call: remember the caller, and act as the owner of pgq's
  * tables until pgq_leave().  An error on the way rolls the (sub)transaction
@@ -77,6 +88,13 @@ tables_owner(void)
 void
 pgq_enter(PgqScope *scope)
 {
+	static bool registered = false;
+
+	if (!registered)
+	{
+		RegisterXactCallback(reset_caller, NULL);
+		registered = true;
+	}
 	GetUserIdAndSecContext(&scope->save_userid, &scope->save_sec_context);
 	scope->save_caller = pgq_caller;
 	scope->owner = tables_owner();
@@ -165,6 +183,7 @@ void
 pgq_check_privilege(const PgqGroup *group, PgqPrivilege what)
 {
 	bool		ok;
+	char	   *owner_name;
 
 	switch (what)
 	{
@@ -183,13 +202,13 @@ pgq_check_privilege(const PgqGroup *group, PgqPrivilege what)
 	}
 	if (ok)
 		return;
+	owner_name = GetUserNameFromId(group->owner, true);
 	ereport(ERROR,
 			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 			 errmsg("permission denied for group \"%s\"", group->name),
 			 what == PGQ_PRIV_ADMIN ?
 			 errdetail("Only the group's owner, %s, and its members may do this.",
-					   GetUserNameFromId(group->owner, true) ?
-					   GetUserNameFromId(group->owner, true) : "(dropped role)") :
+					   owner_name ? owner_name : "(dropped role)") :
 			 errdetail("This needs the %s privilege on the group.",
 					   what == PGQ_PRIV_USE ? "consume or produce" :
 					   privilege_names[what]),

@@ -163,12 +163,21 @@ pgq_create_queue(PG_FUNCTION_ARGS)
 			elog(ERROR, "could not insert a queue: %s", SPI_result_code_string(rc));
 		if (SPI_processed == 1)
 		{
+			/* should this roll back, this backend forgets what it cached */
+			pgq_invalidate_groups();
 			SPI_finish();
 			pgq_leave(&scope);
 			PG_RETURN_BOOL(true);
 		}
 
-		/* the name is taken: by the same queue? */
+		/*
+		 * The name is taken.  Joining a queue is for those who may use it;
+		 * nobody else learns its settings.  Then: by the same queue?
+		 */
+		if (!pgq_find_group(name, &existing))
+			continue;			/* dropped meanwhile: try again */
+		if (existing.kind == PGQ_KIND_QUEUE)
+			pgq_check_privilege(&existing, PGQ_PRIV_USE);
 		rc = SPI_execute_with_args("SELECT kind, mode " OP("=") " $2, "
 								   "lease " OP("=") " $3 "
 								   "AND max_attempts " OP("=") " $4 "
@@ -195,10 +204,6 @@ pgq_create_queue(PG_FUNCTION_ARGS)
 					 errmsg("queue \"%s\" already exists with other settings",
 							text_to_cstring(name)),
 					 errhint("See pgq.queue_stats for its settings, or drop it first with pgq.drop_group().")));
-		/* joining a queue is for those who may use it */
-		if (!pgq_find_group(name, &existing))
-			continue;
-		pgq_check_privilege(&existing, PGQ_PRIV_USE);
 		SPI_finish();
 		pgq_leave(&scope);
 		PG_RETURN_BOOL(false);
@@ -618,6 +623,8 @@ promote_due(const PgqGroup *group, TimestampTz now)
 	rc = SPI_execute_plan(plan, values, NULL, false, 0);
 	if (rc != SPI_OK_UPDATE)
 		elog(ERROR, "could not update due items: %s", SPI_result_code_string(rc));
+	if (SPI_processed > 0)
+		pgq_claim_changed_more();
 }
 
 /* qsort comparator: claimed items in claim order */
@@ -645,71 +652,16 @@ copy_column(HeapTuple tuple, TupleDesc tupdesc, int col)
 }
 
 /*
- * Claim up to max_items items of a queue, highest priority first, then in
- * enqueue order, into items[] (in cxt).  In lease mode a claim counts an
- * attempt and sets a deadline; in transaction mode it marks the item done
- * in the caller's transaction.
+ * Copy the items the last SPI statement returned (item_id, attempt,
+ * payload, data, key, priority) into items[] in cxt, free the statement's
+ * result, and make them the transaction's claims.  Returns how many.
  */
-int
-pgq_queue_claim(const PgqGroup *group, int max_items, ClaimedBlock *items,
-				MemoryContext cxt)
+static int
+items_from_spi(const PgqGroup *group, ClaimedBlock *items, MemoryContext cxt)
 {
-	static SPIPlanPtr lease_plan = NULL;
-	static SPIPlanPtr xact_plan = NULL;
-	SPIPlanPtr	plan;
-	TimestampTz now = GetCurrentTimestamp();
-	Datum		values[3];
-	MemoryContext oldcxt;
-	int			n;
-	int			rc;
+	MemoryContext oldcxt = MemoryContextSwitchTo(cxt);
+	int			n = (int) SPI_processed;
 
-	if (lease_plan == NULL)
-	{
-		Oid			argtypes[3] = {INT8OID, INT4OID, TIMESTAMPTZOID};
-
-#define CLAIM_ITEMS(set) \
-		"UPDATE pgq.items i SET " set " " \
-		"WHERE i.ctid " OP("=") " ANY (ARRAY(" \
-		"SELECT ctid FROM pgq.items " \
-		"WHERE group_id " OP("=") " $1 AND state " OP("=") " 'p' " \
-		"ORDER BY group_id, priority DESC, item_id LIMIT $2 " \
-		"FOR UPDATE SKIP LOCKED)) " \
-		"RETURNING i.item_id, i.attempt, i.payload, i.data, i.key, i.priority"
-
-		lease_plan = pgq_keep_plan(CLAIM_ITEMS("state = 'c', "
-											   "attempt = i.attempt " OP("+") " 1, "
-											   "due_at = $3"),
-								   3, argtypes);
-		xact_plan = pgq_keep_plan(CLAIM_ITEMS("state = 'd', "
-											  "attempt = i.attempt " OP("+") " 1, "
-											  "finished_at = $3"),
-								  3, argtypes);
-#undef CLAIM_ITEMS
-	}
-
-	if (group->mode == PGQ_MODE_LEASE)
-		pgq_lease_claim_async();
-	promote_due(group, now);
-
-	values[0] = Int64GetDatum(group->ref.group_id);
-	values[1] = Int32GetDatum(max_items);
-	if (group->mode == PGQ_MODE_LEASE)
-	{
-		plan = lease_plan;
-		values[2] = TimestampTzGetDatum(pgq_time_after(now, &group->lease));
-	}
-	else
-	{
-		plan = xact_plan;
-		values[2] = TimestampTzGetDatum(now);
-	}
-	pgq_xact_reserve(max_items);
-	rc = SPI_execute_plan(plan, values, NULL, false, 0);
-	if (rc != SPI_OK_UPDATE_RETURNING)
-		elog(ERROR, "could not claim items: %s", SPI_result_code_string(rc));
-
-	oldcxt = MemoryContextSwitchTo(cxt);
-	n = (int) SPI_processed;
 	for (int i = 0; i < n; i++)
 	{
 		HeapTuple	tuple = SPI_tuptable->vals[i];
@@ -731,6 +683,105 @@ pgq_queue_claim(const PgqGroup *group, int max_items, ClaimedBlock *items,
 		pgq_xact_remember_lease(&group->ref, items, n);
 	else
 		pgq_xact_remember(&group->ref, items, n);
+	return n;
+}
+
+/* The columns items_from_spi() reads, of pgq.items as "i". */
+#define ITEM_COLUMNS \
+	"i.item_id, i.attempt, i.payload, i.data, i.key, i.priority"
+
+/*
+ * Claim up to max_items items of a queue, highest priority first, then in
+ * enqueue order, into items[] (in cxt).  In lease mode a claim counts an
+ * attempt and sets a deadline; in transaction mode it marks the item done
+ * in the caller's transaction.
+ *
+ * In lease mode, due items (delayed items whose time came, retries, expired
+ * leases) are first moved back to pending, where they take their place in
+ * priority order; the claim commits at once, as lease claims do outside a
+ * transaction block.  A transaction-mode claim's transaction stays open
+ * while the caller works, and items it moved to pending would stay hidden
+ * from other consumers until then: it claims due items directly instead,
+ * oldest due first, ahead of pending ones.
+ */
+int
+pgq_queue_claim(const PgqGroup *group, int max_items, ClaimedBlock *items,
+				MemoryContext cxt)
+{
+	static SPIPlanPtr lease_plan = NULL;
+	static SPIPlanPtr xact_plan = NULL;
+	static SPIPlanPtr xact_due_plan = NULL;
+	TimestampTz now = GetCurrentTimestamp();
+	Datum		values[3];
+	int			n = 0;
+	int			rc;
+
+	if (lease_plan == NULL)
+	{
+		Oid			argtypes[3] = {INT8OID, INT4OID, TIMESTAMPTZOID};
+
+#define CLAIM_ITEMS(set, where, order) \
+		"UPDATE pgq.items i SET " set " " \
+		"WHERE i.ctid " OP("=") " ANY (ARRAY(" \
+		"SELECT ctid FROM pgq.items " \
+		"WHERE group_id " OP("=") " $1 AND " where " " \
+		"ORDER BY " order " LIMIT $2 " \
+		"FOR UPDATE SKIP LOCKED)) " \
+		"RETURNING " ITEM_COLUMNS
+#define PENDING		"state " OP("=") " 'p'"
+#define BY_PRIORITY "group_id, priority DESC, item_id"
+
+		lease_plan = pgq_keep_plan(CLAIM_ITEMS("state = 'c', "
+											   "attempt = i.attempt " OP("+") " 1, "
+											   "due_at = $3",
+											   PENDING, BY_PRIORITY),
+								   3, argtypes);
+		xact_plan = pgq_keep_plan(CLAIM_ITEMS("state = 'd', "
+											  "attempt = i.attempt " OP("+") " 1, "
+											  "finished_at = $3",
+											  PENDING, BY_PRIORITY),
+								  3, argtypes);
+		xact_due_plan = pgq_keep_plan(CLAIM_ITEMS("state = 'd', due_at = NULL, "
+												  "attempt = i.attempt " OP("+") " 1, "
+												  "finished_at = $3",
+												  "state " OP("=") " 'r' "
+												  "AND due_at " OP("<=") " $3",
+												  "group_id, due_at"),
+									  3, argtypes);
+#undef CLAIM_ITEMS
+#undef PENDING
+#undef BY_PRIORITY
+	}
+
+	pgq_xact_reserve(max_items);
+	values[0] = Int64GetDatum(group->ref.group_id);
+	values[1] = Int32GetDatum(max_items);
+	if (group->mode == PGQ_MODE_LEASE)
+	{
+		pgq_lease_claim_async();
+		promote_due(group, now);
+		values[2] = TimestampTzGetDatum(pgq_time_after(now, &group->lease));
+		rc = SPI_execute_plan(lease_plan, values, NULL, false, 0);
+		if (rc != SPI_OK_UPDATE_RETURNING)
+			elog(ERROR, "could not claim items: %s", SPI_result_code_string(rc));
+		n = items_from_spi(group, items, cxt);
+	}
+	else
+	{
+		values[2] = TimestampTzGetDatum(now);
+		rc = SPI_execute_plan(xact_due_plan, values, NULL, false, 0);
+		if (rc != SPI_OK_UPDATE_RETURNING)
+			elog(ERROR, "could not claim items: %s", SPI_result_code_string(rc));
+		n = items_from_spi(group, items, cxt);
+		if (n < max_items)
+		{
+			values[1] = Int32GetDatum(max_items - n);
+			rc = SPI_execute_plan(xact_plan, values, NULL, false, 0);
+			if (rc != SPI_OK_UPDATE_RETURNING)
+				elog(ERROR, "could not claim items: %s", SPI_result_code_string(rc));
+			n += items_from_spi(group, items + n, cxt);
+		}
+	}
 	qsort(items, n, sizeof(ClaimedBlock), compare_items);
 	return n;
 }
@@ -1315,6 +1366,7 @@ pgq_result(PG_FUNCTION_ARGS)
 	bool		nulls[5];
 	HeapTuple	result;
 	PgqScope	scope;
+	char		state;
 
 	pgq_check_arg_not_null(fcinfo, 0, "block_id");
 	item_id = PG_GETARG_INT64(0);
@@ -1358,7 +1410,7 @@ pgq_result(PG_FUNCTION_ARGS)
 	for (;;)
 	{
 		Datum		args[2];
-		char		state;
+		uint64		seen = pgq_wait_generation(&group.ref);
 		bool		isnull;
 		int			rc;
 
@@ -1374,7 +1426,7 @@ pgq_result(PG_FUNCTION_ARGS)
 		state = DatumGetChar(SPI_getbinval(SPI_tuptable->vals[0],
 										   SPI_tuptable->tupdesc, 1, &isnull));
 		if (state == 'd' || state == 'f' || deadline == 0 ||
-			!pgq_wait_for_wakeup(&group.ref, deadline))
+			!pgq_wait_for_wakeup(&group.ref, deadline, seen))
 			break;
 	}
 	if (deadline != 0)
@@ -1385,8 +1437,7 @@ pgq_result(PG_FUNCTION_ARGS)
 		TupleDesc	rowdesc = SPI_tuptable->tupdesc;
 
 		/* copied out of SPI's memory, which SPI_finish() frees */
-		values[0] = CStringGetTextDatum(item_state_name(DatumGetChar(SPI_getbinval(row, rowdesc, 1, &nulls[0]))));
-		nulls[0] = false;
+		state = DatumGetChar(SPI_getbinval(row, rowdesc, 1, &nulls[0]));
 		for (int c = 1; c < 5; c++)
 		{
 			values[c] = SPI_getbinval(row, rowdesc, c + 1, &nulls[c]);
@@ -1396,6 +1447,8 @@ pgq_result(PG_FUNCTION_ARGS)
 	}
 	SPI_finish();
 	pgq_leave(&scope);
+	values[0] = CStringGetTextDatum(item_state_name(state));
+	nulls[0] = false;
 	result = heap_form_tuple(tupdesc, values, nulls);
 	PG_RETURN_DATUM(HeapTupleGetDatum(result));
 }

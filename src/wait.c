@@ -50,6 +50,14 @@ extern bool pq_check_connection(void);
 
 static ConditionVariable *wake_slots = NULL;
 
+/*
+ * A count of the wake-ups of each slot, taken before each broadcast: a
+ * waiter that could not stay prepared to sleep while it rechecked (a
+ * subtransaction's abort cancels the preparation) compares it to what it
+ * read before the recheck, so that no wake-up in between is lost.
+ */
+static pg_atomic_uint64 *wake_counts = NULL;
+
 static int	pgq_wait_recheck_ms = 1000;
 static bool pgq_notify = false;
 
@@ -77,7 +85,8 @@ pgq_wait_init(void)
 Size
 pgq_wait_shmem_size(void)
 {
-	return mul_size(PGQ_WAKE_SLOTS, sizeof(ConditionVariable));
+	return add_size(mul_size(PGQ_WAKE_SLOTS, sizeof(ConditionVariable)),
+					mul_size(PGQ_WAKE_SLOTS, sizeof(pg_atomic_uint64)));
 }
 
 /* Attach to the condition variables; called with AddinShmemInitLock held. */
@@ -88,22 +97,38 @@ pgq_wait_shmem_init(void)
 
 	wake_slots = ShmemInitStruct("pgq wake slots", pgq_wait_shmem_size(),
 								 &found);
+	wake_counts = (pg_atomic_uint64 *) (wake_slots + PGQ_WAKE_SLOTS);
 	if (!found)
 	{
 		for (int i = 0; i < PGQ_WAKE_SLOTS; i++)
+		{
 			ConditionVariableInit(&wake_slots[i]);
+			pg_atomic_init_u64(&wake_counts[i], 0);
+		}
 	}
 }
 
-/* The condition variable that the group's waiters sleep on. */
-static ConditionVariable *
+/* The slot of the group's waiters: the index of its condition variable. */
+static int
 slot_for(const PgqGroupRef *group)
 {
 	uint32		h = hash_combine(murmurhash32(group->dbid),
 								 murmurhash32((uint32) group->group_id ^
 											  (uint32) (group->group_id >> 32)));
 
-	return &wake_slots[h % PGQ_WAKE_SLOTS];
+	return h % PGQ_WAKE_SLOTS;
+}
+
+/*
+ * The group's wake-up count, to pass to pgq_wait_for_wakeup() after a
+ * recheck that starts now.  0 without shared memory.
+ */
+uint64
+pgq_wait_generation(const PgqGroupRef *group)
+{
+	if (wake_counts == NULL)
+		return 0;
+	return pg_atomic_read_u64(&wake_counts[slot_for(group)]);
 }
 
 /*
@@ -114,7 +139,12 @@ void
 pgq_wake_group(const PgqGroupRef *group)
 {
 	if (wake_slots != NULL)
-		ConditionVariableBroadcast(slot_for(group));
+	{
+		int			slot = slot_for(group);
+
+		pg_atomic_fetch_add_u64(&wake_counts[slot], 1);
+		ConditionVariableBroadcast(&wake_slots[slot]);
+	}
 }
 
 /* End the statement if the client went away: nobody needs its claim. */
@@ -133,13 +163,15 @@ check_client(void)
 /*
  * Sleep until the group's waiters are woken, the recheck interval passes, or
  * the deadline comes; in slices of at most a second, to notice a client
- * that went away.  The first call only prepares to sleep and returns at
- * once, so that the caller checks again before really sleeping: a wake-up
- * between that check and the sleep is not lost.  Returns false once the
- * deadline has passed.  The caller ends the wait with pgq_wait_done().
+ * that went away.  "seen" is what pgq_wait_generation() said before the
+ * caller's last check: if the group was woken since, this returns at once,
+ * so that a wake-up between that check and the sleep is not lost.  Returns
+ * false once the deadline has passed.  The caller ends the wait with
+ * pgq_wait_done().
  */
 bool
-pgq_wait_for_wakeup(const PgqGroupRef *group, TimestampTz deadline)
+pgq_wait_for_wakeup(const PgqGroupRef *group, TimestampTz deadline,
+					uint64 seen)
 {
 	static bool told = false;
 	TimestampTz now = GetCurrentTimestamp();
@@ -167,14 +199,20 @@ pgq_wait_for_wakeup(const PgqGroupRef *group, TimestampTz deadline)
 		return true;
 	}
 
+	/* on the list before the count is read: a later wake-up reaches us */
+	ConditionVariablePrepareToSleep(&wake_slots[slot_for(group)]);
+	pg_memory_barrier();
+	if (pgq_wait_generation(group) != seen)
+		return true;
+
 	for (;;)
 	{
 		long		slice = (long) Min((recheck_at - now + 999) / 1000,
 									   (int64) PGQ_CLIENT_CHECK_MS);
 		bool		timed_out;
 
-		timed_out = ConditionVariableTimedSleep(slot_for(group), slice,
-												PG_WAIT_EXTENSION);
+		timed_out = ConditionVariableTimedSleep(&wake_slots[slot_for(group)],
+												slice, PG_WAIT_EXTENSION);
 		check_client();
 		if (!timed_out)
 			return true;

@@ -304,6 +304,7 @@ fail_dead_materializations(void)
 		PgqGroupRef group;
 		Datum		values[1];
 
+		CHECK_FOR_INTERRUPTS();
 		pgq_group_ref_from_tuple(groups->vals[i], groups->tupdesc, 1, &group);
 		if (pgq_materializer_alive(group.group_id))
 			continue;
@@ -424,6 +425,7 @@ wake_callback(XactEvent event, void *arg)
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
+		case XACT_EVENT_PREPARE:
 			wake_at_commit = false;
 			break;
 		default:
