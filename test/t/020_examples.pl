@@ -77,48 +77,8 @@ my $n_ids = 20000;
 my $big_query = 'SELECT g FROM generate_series(1, 100000) g';
 
 # ---------------------------------------------------------------------------
-# Consumers: programs running in the background, their stdout and stderr
-# collected together.
-
-sub start_consumer
-{
-	my ($name, @cmd) = @_;
-	my $c = { name => $name, out => '' };
-	# a guard against hangs, not an assertion
-	$c->{timer} = IPC::Run::timeout($PostgreSQL::Test::Utils::timeout_default);
-	$c->{h} = IPC::Run::start(\@cmd, '<', \undef, '>&', \$c->{out},
-		$c->{timer});
-	return $c;
-}
-
-# Wait for the consumer to exit; returns its wait status (0: exited 0).
-sub finish_consumer
-{
-	my ($c) = @_;
-	$c->{timer}->start($PostgreSQL::Test::Utils::timeout_default);
-	if (!eval { $c->{h}->finish; 1 })
-	{
-		diag "$c->{name} did not exit: $@";
-		$c->{h}->kill_kill;
-	}
-	my $status = $c->{h}->full_result(0);
-	note "--- $c->{name} (wait status $status):\n$c->{out}";
-	return $status;
-}
-
-# Read the consumer's output until it matches $re; false if it exited first.
-# IPC::Run's pump waits for output, not for a time.
-sub output_until
-{
-	my ($c, $re) = @_;
-	$c->{timer}->start($PostgreSQL::Test::Utils::timeout_default);
-	while ($c->{out} !~ $re)
-	{
-		return 0 unless $c->{h}->pumpable;
-		last unless eval { $c->{h}->pump; 1 };
-	}
-	return $c->{out} =~ $re;
-}
+# Consumers: the examples run as programs in the background (start_prog,
+# finish_prog and output_until are in PgqTest.pm).
 
 sub psql_consumer
 {
@@ -161,10 +121,10 @@ sub drain_with
 {
 	my ($label, $group, $n_blocks, @cmds) = @_;
 	$node->safe_psql('postgres', 'TRUNCATE processed');
-	my @c = map { start_consumer(@$_) } @cmds;
+	my @c = map { start_prog(@$_) } @cmds;
 	for my $c (@c)
 	{
-		is(finish_consumer($c), 0, "$label: $c->{name} exits with status 0");
+		is(finish_prog($c), 0, "$label: $c->{name} exits with status 0");
 		like($c->{out}, qr/is drained/, "$label: $c->{name} saw the group drained");
 	}
 	note_workers($label);
@@ -179,12 +139,12 @@ sub stop_with_sigterm
 {
 	my ($label, $group, $cmd) = @_;
 	$node->safe_psql('postgres', 'TRUNCATE processed');
-	my $c = start_consumer(@$cmd);
+	my $c = start_prog(@$cmd);
 	ok( $node->poll_query_until(
 			'postgres', 'SELECT count(*) > 0 FROM processed'),
 		"$label: the consumer stored a block");
 	$c->{h}->signal('TERM');
-	is(finish_consumer($c), 0, "$label: exit status 0 after SIGTERM");
+	is(finish_prog($c), 0, "$label: exit status 0 after SIGTERM");
 	like($c->{out}, qr/stopped; this worker stored \d+ blocks/,
 		"$label: it says that it stopped");
 	check_consistent($node, $group, $label);
@@ -207,14 +167,14 @@ sub restart_during
 {
 	my ($label, $group, $lost_re, @cmds) = @_;
 	$node->safe_psql('postgres', 'TRUNCATE processed');
-	my @c = map { start_consumer(@$_) } @cmds;
+	my @c = map { start_prog(@$_) } @cmds;
 	ok( $node->poll_query_until(
 			'postgres', 'SELECT count(*) > 0 FROM processed'),
 		"$label: the consumers stored a block");
 	$node->restart;
 	for my $c (@c)
 	{
-		is(finish_consumer($c), 0, "$label: $c->{name} exits with status 0");
+		is(finish_prog($c), 0, "$label: $c->{name} exits with status 0");
 		like($c->{out}, qr/is drained/, "$label: $c->{name} saw the group drained");
 	}
 	ok((grep { $_->{out} =~ $lost_re } @c),
@@ -235,11 +195,11 @@ drain_with(
 
 # Bad usage and a group that does not exist.
 {
-	my $c = start_consumer(@{ psql_consumer('psql_nogroup', 'no_such_group', '-t', 'processed') });
-	is(finish_consumer($c) >> 8, 1, 'consumer.sh: a missing group is exit status 1');
+	my $c = start_prog(@{ psql_consumer('psql_nogroup', 'no_such_group', '-t', 'processed') });
+	is(finish_prog($c) >> 8, 1, 'consumer.sh: a missing group is exit status 1');
 	like($c->{out}, qr/group no_such_group does not exist/, '... and says so');
-	$c = start_consumer(@{ psql_consumer('psql_usage', 'ex_psql') });
-	is(finish_consumer($c) >> 8, 2, 'consumer.sh without -t or -f: exit status 2');
+	$c = start_prog(@{ psql_consumer('psql_usage', 'ex_psql') });
+	is(finish_prog($c) >> 8, 2, 'consumer.sh without -t or -f: exit status 2');
 }
 
 stop_with_sigterm(
@@ -311,13 +271,13 @@ SKIP:
 	# work that takes longer than the lease: extended as it goes
 	{
 		$node->safe_psql('postgres', 'TRUNCATE processed');
-		my $c = start_consumer(
+		my $c = start_prog(
 			@{
 				py_consumer('py_extend', 'ex_extend', '--mode', 'lease',
 					'--query', 'SELECT g FROM generate_series(1, 4) g',
 					'--block-size', 2, '--lease', '1 second', '--work-ms', 1500)
 			});
-		is(finish_consumer($c), 0, 'consumer.py, long work in lease mode: exit status 0');
+		is(finish_prog($c), 0, 'consumer.py, long work in lease mode: exit status 0');
 		like($c->{out}, qr/block \d+: extended the lease/, '... the lease was extended');
 		is( $node->safe_psql(
 				'postgres', 'SELECT count(*), count(DISTINCT id) FROM processed'),
@@ -326,8 +286,8 @@ SKIP:
 
 	# a group in another mode than asked
 	{
-		my $c = start_consumer(@{ py_consumer('py_wrongmode', 'ex_py_lease', '--mode', 'advisory') });
-		is(finish_consumer($c) >> 8, 1, 'consumer.py --mode advisory on a lease group: exit status 1');
+		my $c = start_prog(@{ py_consumer('py_wrongmode', 'ex_py_lease', '--mode', 'advisory') });
+		is(finish_prog($c) >> 8, 1, 'consumer.py --mode advisory on a lease group: exit status 1');
 		like($c->{out}, qr/is in lease mode, not advisory/, '... and says why');
 	}
 }
@@ -346,7 +306,7 @@ SKIP:
 
 	# workers started before their group exists
 	$node->safe_psql('postgres', 'TRUNCATE processed');
-	my @l = map { start_consumer(@{ py_listener("listen$_", 'ex_listen', '--recheck', 3600) }) } 1 .. 3;
+	my @l = map { start_prog(@{ py_listener("listen$_", 'ex_listen', '--recheck', 3600) }) } 1 .. 3;
 	for my $l (@l)
 	{
 		ok(output_until($l, qr/waiting for group ex_listen to be created/),
@@ -356,14 +316,14 @@ SKIP:
 	# a sleeping worker stops at once on SIGTERM (it looks again only hourly)
 	my $stopped = pop @l;
 	$stopped->{h}->signal('TERM');
-	is(finish_consumer($stopped), 0, 'listen_consumer.py: a sleeping worker exits 0 on SIGTERM');
+	is(finish_prog($stopped), 0, 'listen_consumer.py: a sleeping worker exits 0 on SIGTERM');
 	like($stopped->{out}, qr/stopped/, '... and says so');
 
 	$node->safe_psql('postgres',
 		"SELECT pgq.create_group('ex_listen', '$query', block_size => 500)");
 	for my $l (@l)
 	{
-		is(finish_consumer($l), 0, "listen_consumer.py: $l->{name} exits with status 0");
+		is(finish_prog($l), 0, "listen_consumer.py: $l->{name} exits with status 0");
 		like($l->{out}, qr/notified: group ex_listen/,
 			"listen_consumer.py: $l->{name} was woken by a notification");
 		like($l->{out}, qr/is drained/, "listen_consumer.py: $l->{name} saw the group drained");
@@ -379,7 +339,7 @@ SKIP:
 	my $holder = new_session($node, 'holder');
 	is($holder->query_ok("SELECT count(*) FROM pgq.claim('ex_listen_lease', max_blocks => 40);"),
 		40, 'a session leases all 40 blocks');
-	@l = map { start_consumer(@{ py_listener("listen_lease$_", 'ex_listen_lease', '--recheck', 3600) }) } 1 .. 2;
+	@l = map { start_prog(@{ py_listener("listen_lease$_", 'ex_listen_lease', '--recheck', 3600) }) } 1 .. 2;
 	for my $l (@l)
 	{
 		ok(output_until($l, qr/nothing claimable in group ex_listen_lease/),
@@ -394,7 +354,7 @@ SKIP:
 		40, 'the session releases them');
 	for my $l (@l)
 	{
-		is(finish_consumer($l), 0, "listen_consumer.py, lease: $l->{name} exits with status 0");
+		is(finish_prog($l), 0, "listen_consumer.py, lease: $l->{name} exits with status 0");
 		like($l->{out}, qr/is drained/, "listen_consumer.py, lease: $l->{name} saw the group drained");
 	}
 	note_workers('listen_consumer.py, lease');

@@ -27,6 +27,7 @@ use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use PgqTest;
 
 my $examples = "$FindBin::RealBin/../../examples/python";
 my $tasks = "$examples/tasks.py";
@@ -45,47 +46,6 @@ $node->append_conf('postgresql.conf',
 $node->start;
 my $connstr = $node->connstr('postgres');
 $node->safe_psql('postgres', 'CREATE EXTENSION pgq');
-
-# Programs running in the background, stdout and stderr together.
-sub start_prog
-{
-	my ($name, @cmd) = @_;
-	my $c = { name => $name, out => '' };
-	# a guard against hangs, not an assertion
-	$c->{timer} = IPC::Run::timeout($PostgreSQL::Test::Utils::timeout_default);
-	$c->{h} = IPC::Run::start(\@cmd, '<', \undef, '>&', \$c->{out},
-		$c->{timer});
-	return $c;
-}
-
-# Wait for the program to exit; returns its wait status (0: exited 0).
-sub finish_prog
-{
-	my ($c) = @_;
-	$c->{timer}->start($PostgreSQL::Test::Utils::timeout_default);
-	if (!eval { $c->{h}->finish; 1 })
-	{
-		diag "$c->{name} did not exit: $@";
-		$c->{h}->kill_kill;
-	}
-	my $status = $c->{h}->full_result(0);
-	note "--- $c->{name} (wait status $status):\n$c->{out}";
-	return $status;
-}
-
-# Read the program's output until it matches $re; false if it exited first.
-# IPC::Run's pump waits for output, not for a time.
-sub output_until
-{
-	my ($c, $re) = @_;
-	$c->{timer}->start($PostgreSQL::Test::Utils::timeout_default);
-	while ($c->{out} !~ $re)
-	{
-		return 0 unless $c->{h}->pumpable;
-		last unless eval { $c->{h}->pump; 1 };
-	}
-	return $c->{out} =~ $re;
-}
 
 sub queue_counts
 {

@@ -19,6 +19,7 @@ our @EXPORT = qw(
   new_session setup_tables create_src_group group_stats consume_sql
   run_consumers hold_claims held_blocks blocks_left
   wait_until wait_for_sessions_dead check_consistent check_exactly_once
+  start_prog finish_prog output_until
 );
 
 # What psql says when the server ends its connection.
@@ -514,6 +515,52 @@ sub check_exactly_once
 		  . ($claimed // 'NULL')
 		  . " claimed, $blocks done");
 	return;
+}
+
+# ---------------------------------------------------------------------------
+# Programs (the examples) running in the background, stdout and stderr
+# together: start_prog(name, command...), output_until(prog, regex),
+# finish_prog(prog) -> wait status.
+# ---------------------------------------------------------------------------
+
+sub start_prog
+{
+	my ($name, @cmd) = @_;
+	my $c = { name => $name, out => '' };
+	# a guard against hangs, not an assertion
+	$c->{timer} = IPC::Run::timeout($PostgreSQL::Test::Utils::timeout_default);
+	$c->{h} = IPC::Run::start(\@cmd, '<', \undef, '>&', \$c->{out},
+		$c->{timer});
+	return $c;
+}
+
+# Wait for the program to exit; returns its wait status (0: exited 0).
+sub finish_prog
+{
+	my ($c) = @_;
+	$c->{timer}->start($PostgreSQL::Test::Utils::timeout_default);
+	if (!eval { $c->{h}->finish; 1 })
+	{
+		diag "$c->{name} did not exit: $@";
+		$c->{h}->kill_kill;
+	}
+	my $status = $c->{h}->full_result(0);
+	note "--- $c->{name} (wait status $status):\n$c->{out}";
+	return $status;
+}
+
+# Read the program's output until it matches $re; false if it exited first.
+# IPC::Run's pump waits for output, not for a time.
+sub output_until
+{
+	my ($c, $re) = @_;
+	$c->{timer}->start($PostgreSQL::Test::Utils::timeout_default);
+	while ($c->{out} !~ $re)
+	{
+		return 0 unless $c->{h}->pumpable;
+		last unless eval { $c->{h}->pump; 1 };
+	}
+	return $c->{out} =~ $re;
 }
 
 1;
