@@ -109,6 +109,11 @@ typedef struct ClaimedBlock
 /* pgq.blocks.state of a block claimed under a lease (see pgq--0.1.sql) */
 #define PGQ_BLOCK_CLAIMED	'c'
 
+/* columns of pgq.blocks that C code reads directly (see pgq--0.1.sql) */
+#define Anum_blocks_group_id	1
+#define Anum_blocks_block_id	2
+#define Anum_blocks_ids			3
+
 /*
  * Internal SQL names every relation, function and operator with its schema,
  * so that a caller's search_path cannot redirect it.
