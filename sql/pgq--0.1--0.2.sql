@@ -13,3 +13,29 @@ LANGUAGE C VOLATILE STRICT;
 
 COMMENT ON FUNCTION pgq.has_group_privilege(text, text) IS
 'may the current user consume, produce or administer the group?';
+
+-- pgq.claim() returns a named row type instead of TABLE (...): the columns
+-- are the same, but the executor finds a row type's descriptor in its type
+-- cache, where it built the OUT parameters' descriptor again on every call.
+-- The function is dropped and created again, as a return type cannot be
+-- changed in place.
+CREATE TYPE pgq.claimed AS (
+    block_id bigint,
+    attempt  integer,
+    ids      bigint[],
+    payload  jsonb,
+    data     bytea,
+    key      text
+);
+
+DROP FUNCTION pgq.claim(text, integer, interval, bigint);
+
+CREATE FUNCTION pgq.claim(group_name text, max_blocks integer DEFAULT 1,
+                          wait interval DEFAULT NULL,
+                          worker_id bigint DEFAULT NULL)
+RETURNS SETOF pgq.claimed
+AS 'MODULE_PATHNAME', 'pgq_claim'
+LANGUAGE C VOLATILE ROWS 1;
+
+COMMENT ON FUNCTION pgq.claim(text, integer, interval, bigint) IS
+'claim up to max_blocks unclaimed blocks of a group, or items of a queue';
