@@ -28,6 +28,7 @@
  */
 #include "postgres.h"
 
+#include "access/stratnum.h"
 #include "access/twophase.h"
 #include "access/xact.h"
 #include "catalog/pg_type.h"
@@ -37,6 +38,7 @@
 #include "storage/lock.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 
@@ -371,36 +373,48 @@ pgq_advisory_check_worker_held(int64 worker_id)
 
 /*
  * Check, with a fresh snapshot, that a block just locked is still claimable:
- * it may have been completed between the scan and the lock, and a retry must
- * have come due.  Fills *block, or returns false.
+ * it may have been completed, or failed again, between the scan that found
+ * it and the lock, and a retry must have come due.  Fills *block, or
+ * returns false.
  */
 static bool
 verify_locked(const PgqGroup *group, int64 block_id, ClaimedBlock *block,
 			  MemoryContext cxt)
 {
-	static SPIPlanPtr plan = NULL;
-	Datum		values[3];
-	int			rc;
+	PgqBlockScan scan;
+	ScanKeyData keys[3];
+	bool		ok;
+	bool		isnull;
 
-	if (plan == NULL)
+	pgq_block_scan_open(&scan, "blocks_pkey", AccessShareLock);
+	pgq_block_range_keys(keys, group->ref.group_id, block_id, block_id + 1);
+	pgq_block_scan_keys(&scan, keys, 3);
+	ok = pgq_block_scan_next(&scan);
+	if (ok)
 	{
-		Oid			argtypes[3] = {INT8OID, INT8OID, TIMESTAMPTZOID};
+		char		state = DatumGetChar(pgq_block_attr(&scan, Anum_blocks_state,
+														&isnull));
+		Datum		due = pgq_block_attr(&scan, Anum_blocks_lease_until,
+										 &isnull);
 
-		plan = pgq_keep_plan("SELECT block_id, ids, attempt " OP("+") " 1 "
-							 "FROM pgq.blocks "
-							 "WHERE group_id " OP("=") " $1 "
-							 "AND block_id " OP("=") " $2 "
-							 "AND (state " OP("=") " 'p' OR (state " OP("=") " 'r' "
-							 "AND lease_until " OP("<=") " $3))",
-							 3, argtypes);
+		ok = state == 'p' ||
+			(state == 'r' && !isnull &&
+			 DatumGetTimestampTz(due) <= GetCurrentTimestamp());
 	}
-	values[0] = Int64GetDatum(group->ref.group_id);
-	values[1] = Int64GetDatum(block_id);
-	values[2] = TimestampTzGetDatum(GetCurrentTimestamp());
-	rc = SPI_execute_plan(plan, values, NULL, false, 1);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "could not read block: %s", SPI_result_code_string(rc));
-	return pgq_claimed_from_spi(block, 3, 0, cxt) == 1;
+	if (ok)
+	{
+		MemoryContext oldcxt = MemoryContextSwitchTo(cxt);
+
+		memset(block, 0, sizeof(ClaimedBlock));
+		block->block_id = block_id;
+		block->ids = PointerGetDatum(PG_DETOAST_DATUM_COPY(pgq_block_attr(&scan, Anum_blocks_ids, &isnull)));
+		block->attempt = DatumGetInt32(pgq_block_attr(&scan,
+													  Anum_blocks_attempt,
+													  &isnull)) + 1;
+		MemoryContextSwitchTo(oldcxt);
+	}
+	pgq_block_scan_close(&scan);
+	return ok;
 }
 
 /*
@@ -420,8 +434,8 @@ take_block(const PgqGroup *group, int64 block_id, ClaimedBlock *block,
 	}
 
 	/*
-	 * Remember the lock before the check, which runs SQL and may fail: the
-	 * abort then gives the block back.  Room for both was reserved.
+	 * Remember the lock before the check, which may fail: the abort then
+	 * gives the block back.  Room for both was reserved.
 	 */
 	remember_held(&group->ref, block_id);
 	pgq_xact_remember_advisory(&group->ref, block_id);
@@ -458,115 +472,105 @@ may_lock_more(int taken)
 }
 
 /*
- * Walk candidate block ids, as (block_id) rows of a statement run with
- * "values", and lock up to "limit" of them.  *last gets the last candidate
- * looked at (0 if none).  Returns how many were taken.
+ * Walk the candidate rows of a scan whose keys are set, and lock up to
+ * "limit" of them, those in one of the states "states" (a string of state
+ * characters).  At most "look" candidates are looked at.  *last gets the
+ * block id of the last candidate looked at, if any.  Returns how many were
+ * taken; *stop is set when a limit on locks ends the claim.
  */
 static int
-lock_candidates(const PgqGroup *group, SPIPlanPtr plan, Datum *values,
-				int limit, ClaimedBlock *blocks, MemoryContext cxt,
-				int64 *last)
+lock_candidates(const PgqGroup *group, PgqBlockScan *scan, const char *states,
+				int limit, int look, ClaimedBlock *blocks, MemoryContext cxt,
+				int64 *last, bool *stop)
 {
 	int			n = 0;
-	int			rc;
-	SPITupleTable *candidates;
-	uint64		ncandidates;
 
-	*last = 0;
-	rc = SPI_execute_plan(plan, values, NULL, false, 0);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "could not read blocks: %s", SPI_result_code_string(rc));
-	candidates = SPI_tuptable;
-	ncandidates = SPI_processed;
-
-	for (uint64 i = 0; i < ncandidates && n < limit; i++)
+	while (n < limit && look-- > 0 && pgq_block_scan_next(scan))
 	{
 		bool		isnull;
-		int64		block_id = DatumGetInt64(SPI_getbinval(candidates->vals[i],
-														   candidates->tupdesc,
-														   1, &isnull));
+		int64		block_id;
 
-		CHECK_FOR_INTERRUPTS();
+		if (strchr(states, DatumGetChar(pgq_block_attr(scan, Anum_blocks_state,
+													   &isnull))) == NULL)
+			continue;
+		block_id = DatumGetInt64(pgq_block_attr(scan, Anum_blocks_block_id,
+												&isnull));
 		reserve_held();
 		pgq_xact_reserve(1);
 		if (!may_lock_more(n))
+		{
+			*stop = true;
 			break;
+		}
 		*last = block_id;
 		if (take_block(group, block_id, &blocks[n], cxt))
 			n++;
 	}
-	SPI_freetuptable(candidates);
 	return n;
 }
 
 /*
- * Lock up to "limit" pending blocks from block id "from" on, a batch of
- * candidates at a time.  *last gets the last candidate looked at.
+ * Lock up to "limit" pending blocks from block id "from" on, through the
+ * primary key: first in a window just wide enough for the claim and the
+ * claims racing it, then past it (see claim.c).  *last gets the last
+ * candidate looked at (0 if none).
  */
 static int
 lock_pending(const PgqGroup *group, int64 from, int limit,
 			 ClaimedBlock *blocks, MemoryContext cxt, int64 *last)
 {
-	static SPIPlanPtr plan = NULL;
-	Datum		values[3];
+	PgqBlockScan scan;
+	int64		window = Min((int64) limit * 2 + PGQ_CLAIM_WINDOW,
+							 PG_INT64_MAX - from);
 	int			n = 0;
+	bool		stop = false;
 
-	if (plan == NULL)
-	{
-		Oid			argtypes[3] = {INT8OID, INT8OID, INT4OID};
-
-		plan = pgq_keep_plan("SELECT block_id FROM pgq.blocks "
-							 "WHERE group_id " OP("=") " $1 "
-							 "AND block_id " OP(">=") " $2 "
-							 "AND state " OP("=") " 'p' "
-							 "ORDER BY group_id, block_id LIMIT $3",
-							 3, argtypes);
-	}
-	values[0] = Int64GetDatum(group->ref.group_id);
-	values[2] = Int32GetDatum(PGQ_ADVISORY_BATCH);
 	*last = 0;
-	while (n < limit)
+	pgq_block_scan_open(&scan, "blocks_pkey", AccessShareLock);
+	for (int pass = 0; pass < 2 && n < limit && !stop; pass++)
 	{
-		int64		batch_last;
+		ScanKeyData keys[3];
 
-		values[1] = Int64GetDatum(from);
-		n += lock_candidates(group, plan, values, limit - n, blocks + n, cxt,
-							 &batch_last);
-		if (batch_last == 0)
-			break;				/* no candidates left */
-		*last = batch_last;
-		from = batch_last + 1;
-		if (!(nheld < pgq_max_locks_per_session))
-			break;
+		if (pass == 0)
+			pgq_block_range_keys(keys, group->ref.group_id, from,
+								 from + window);
+		else
+			pgq_block_range_keys(keys, group->ref.group_id, from + window,
+								 PG_INT64_MAX);
+		pgq_block_scan_keys(&scan, keys, 3);
+		n += lock_candidates(group, &scan, "p", limit - n, INT_MAX,
+							 blocks + n, cxt, last, &stop);
 	}
+	pgq_block_scan_close(&scan);
 	return n;
 }
 
-/* Lock up to "limit" blocks whose retry came due, oldest first. */
+/*
+ * Lock up to "limit" blocks whose retry came due, oldest first, through the
+ * due index.  Due blocks that others hold stay in the way: look a little
+ * further than "limit", but not through all of them.
+ */
 static int
 lock_due(const PgqGroup *group, int limit, ClaimedBlock *blocks,
 		 MemoryContext cxt)
 {
-	static SPIPlanPtr plan = NULL;
-	Datum		values[3];
+	PgqBlockScan scan;
+	ScanKeyData keys[2];
 	int64		last;
+	bool		stop = false;
+	int			n;
 
-	if (plan == NULL)
-	{
-		Oid			argtypes[3] = {INT8OID, TIMESTAMPTZOID, INT4OID};
-
-		plan = pgq_keep_plan("SELECT block_id FROM pgq.blocks "
-							 "WHERE group_id " OP("=") " $1 "
-							 "AND state " OP("=") " ANY ('{c,r}'::pg_catalog.\"char\"[]) "
-							 "AND lease_until " OP("<=") " $2 "
-							 "ORDER BY group_id, lease_until LIMIT $3",
-							 3, argtypes);
-	}
-	values[0] = Int64GetDatum(group->ref.group_id);
-	values[1] = TimestampTzGetDatum(GetCurrentTimestamp());
-	/* due blocks that others hold stay in the way: look a little further */
-	values[2] = Int32GetDatum(Min(limit + PGQ_ADVISORY_BATCH, INT32_MAX / 2));
-	return lock_candidates(group, plan, values, limit, blocks, cxt, &last);
+	pgq_block_scan_open(&scan, "blocks_due_idx", AccessShareLock);
+	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_INT8EQ,
+				Int64GetDatum(group->ref.group_id));
+	ScanKeyInit(&keys[1], 2, BTLessEqualStrategyNumber, F_TIMESTAMPTZ_LE,
+				TimestampTzGetDatum(GetCurrentTimestamp()));
+	pgq_block_scan_keys(&scan, keys, 2);
+	n = lock_candidates(group, &scan, "cr", limit,
+						Min(limit + PGQ_ADVISORY_BATCH, INT_MAX / 2),
+						blocks, cxt, &last, &stop);
+	pgq_block_scan_close(&scan);
+	return n;
 }
 
 
@@ -645,25 +649,8 @@ holds_block(const PgqGroupRef *group, int64 block_id)
 bool
 pgq_advisory_complete(const PgqGroup *group, int64 block_id)
 {
-	static SPIPlanPtr plan = NULL;
-	Datum		values[1];
-	int			rc;
-
-	if (!holds_block(&group->ref, block_id))
-		return false;
-	if (plan == NULL)
-	{
-		Oid			argtypes[1] = {INT8OID};
-
-		plan = pgq_keep_plan("DELETE FROM pgq.blocks "
-							 "WHERE block_id " OP("=") " $1",
-							 1, argtypes);
-	}
-	values[0] = Int64GetDatum(block_id);
-	rc = SPI_execute_plan(plan, values, NULL, false, 0);
-	if (rc != SPI_OK_DELETE)
-		elog(ERROR, "could not delete block: %s", SPI_result_code_string(rc));
-	if (SPI_processed == 0)
+	if (!holds_block(&group->ref, block_id) ||
+		!pgq_block_delete(group->ref.group_id, block_id))
 		return false;
 	pgq_xact_unlock_at_commit(&group->ref, block_id);
 	return true;

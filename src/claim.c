@@ -115,9 +115,6 @@ pgq_claimed_from_spi(ClaimedBlock *blocks, int attempt_col, int state_col,
 	return n;
 }
 
-/* Block ids a claim looks at first beyond twice the blocks it asks for */
-#define PGQ_CLAIM_WINDOW	16
-
 /*
  * Lock and delete up to "limit" unclaimed blocks of the group from block id
  * "from" on, append them to blocks[*nblocks...] (in resultcxt, sorted by
@@ -136,28 +133,13 @@ static int
 lock_and_delete(const PgqGroupRef *group, int64 from, int limit,
 				ClaimedBlock *blocks, int *nblocks, MemoryContext resultcxt)
 {
-	Oid			nsp = get_namespace_oid("pgq", false);
-	Relation	heap;
-	Relation	index;
-	Snapshot	snapshot;
-	IndexScanDesc scan;
-	TupleTableSlot *slot;
+	PgqBlockScan scan;
 	int64		window;
 	CommandId	cid = GetCurrentCommandId(true);
 	ClaimedBlock *added = blocks + *nblocks;
 	int			found = 0;
 
-	heap = table_open(get_relname_relid("blocks", nsp), RowExclusiveLock);
-	index = index_open(get_relname_relid("blocks_pkey", nsp),
-					   RowExclusiveLock);
-	snapshot = RegisterSnapshot(GetLatestSnapshot());
-	slot = table_slot_create(heap, NULL);
-
-#if PG_VERSION_NUM >= 180000
-	scan = index_beginscan(heap, index, snapshot, NULL, 3, 0);
-#else
-	scan = index_beginscan(heap, index, snapshot, 3, 0);
-#endif
+	pgq_block_scan_open(&scan, "blocks_pkey", RowExclusiveLock);
 
 	/*
 	 * A B-tree scan reads all of a leaf page's matching entries when it
@@ -170,33 +152,30 @@ lock_and_delete(const PgqGroupRef *group, int64 from, int limit,
 	{
 		ScanKeyData keys[3];
 
-		ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_INT8EQ,
-					Int64GetDatum(group->group_id));
-		ScanKeyInit(&keys[1], 2, BTGreaterEqualStrategyNumber, F_INT8GE,
-					Int64GetDatum(pass == 0 ? from : from + window));
-		ScanKeyInit(&keys[2], 2, BTLessStrategyNumber, F_INT8LT,
-					Int64GetDatum(pass == 0 ? from + window : PG_INT64_MAX));
-		index_rescan(scan, keys, 3, NULL, 0);
+		if (pass == 0)
+			pgq_block_range_keys(keys, group->group_id, from, from + window);
+		else
+			pgq_block_range_keys(keys, group->group_id, from + window,
+								 PG_INT64_MAX);
+		pgq_block_scan_keys(&scan, keys, 3);
 
-		while (found < limit &&
-			   index_getnext_slot(scan, ForwardScanDirection, slot))
+		while (found < limit && pgq_block_scan_next(&scan))
 		{
 			TM_FailureData tmfd;
 			bool		isnull;
 			Datum		ids;
 			MemoryContext oldcxt;
 
-			CHECK_FOR_INTERRUPTS();
-
-			if (table_tuple_delete(heap, &slot->tts_tid, cid, snapshot,
-								   InvalidSnapshot, false, &tmfd,
-								   false) != TM_Ok)
+			if (table_tuple_delete(scan.heap, &scan.slot->tts_tid, cid,
+								   scan.snapshot, InvalidSnapshot, false,
+								   &tmfd, false) != TM_Ok)
 				continue;		/* claimed by another, or consumed */
 
 			/* the slot still holds the version this transaction deleted */
 			added[found].block_id =
-				DatumGetInt64(slot_getattr(slot, Anum_blocks_block_id, &isnull));
-			ids = slot_getattr(slot, Anum_blocks_ids, &isnull);
+				DatumGetInt64(pgq_block_attr(&scan, Anum_blocks_block_id,
+											 &isnull));
+			ids = pgq_block_attr(&scan, Anum_blocks_ids, &isnull);
 			oldcxt = MemoryContextSwitchTo(resultcxt);
 			added[found].ids = PointerGetDatum(PG_DETOAST_DATUM_COPY(ids));
 			MemoryContextSwitchTo(oldcxt);
@@ -206,12 +185,7 @@ lock_and_delete(const PgqGroupRef *group, int64 from, int limit,
 			found++;
 		}
 	}
-
-	index_endscan(scan);
-	ExecDropSingleTupleTableSlot(slot);
-	UnregisterSnapshot(snapshot);
-	index_close(index, NoLock);
-	table_close(heap, NoLock);
+	pgq_block_scan_close(&scan);
 
 	/* later statements and scans of this transaction must see the deletes */
 	if (found > 0)

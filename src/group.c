@@ -780,20 +780,51 @@ pgq_lookup_group(text *name, PgqGroup *group)
 }
 
 /*
+ * Find a cached group by id, for lookups that start from a block.  A scan
+ * of the cache: it holds the few groups this backend works with.
+ */
+static bool
+group_cache_find_id(int64 group_id, PgqGroup *group)
+{
+	HASH_SEQ_STATUS status;
+	CachedGroup *entry;
+
+	hash_seq_init(&status, group_cache_get());
+	while ((entry = hash_seq_search(&status)) != NULL)
+	{
+		if (entry->group.ref.group_id == group_id)
+		{
+			hash_seq_term(&status);
+			*group = entry->group;
+			pgq_set_privileges(group, entry->group.owner, entry->consumers,
+							   entry->producers);
+			return true;
+		}
+	}
+	return false;
+}
+
+/*
  * Look up the group of a block, inside SPI.  False if there is no such
- * block (consumed, dropped, or never made).
+ * block (consumed, dropped, or never made).  The block is found through the
+ * hash index on block_id without SQL, and its group in the cache if it is
+ * there: every complete, release, fail and extend starts here.
  */
 bool
 pgq_lookup_block(int64 block_id, PgqGroup *group)
 {
 	static SPIPlanPtr plan = NULL;
+	int64		group_id;
 
+	if (!pgq_block_group_id(block_id, &group_id))
+		return false;
+	if (group_cache_find_id(group_id, group))
+		return true;
 	return lookup_by(&plan,
 					 "SELECT " GROUP_COLUMNS
-					 "FROM pgq.blocks b JOIN pgq.groups g "
-					 "ON g.group_id " OP("=") " b.group_id "
-					 "WHERE b.block_id " OP("=") " $1",
-					 INT8OID, Int64GetDatum(block_id), group);
+					 "FROM pgq.groups g "
+					 "WHERE g.group_id " OP("=") " $1",
+					 INT8OID, Int64GetDatum(group_id), group);
 }
 
 /*

@@ -10,8 +10,11 @@
 
 #include "postgres.h"
 
+#include "access/genam.h"
 #include "executor/spi.h"
+#include "executor/tuptable.h"
 #include "fmgr.h"
+#include "storage/lockdefs.h"
 #include "datatype/timestamp.h"
 #include "utils/timestamp.h"
 
@@ -113,6 +116,25 @@ typedef struct ClaimedBlock
 #define Anum_blocks_group_id	1
 #define Anum_blocks_block_id	2
 #define Anum_blocks_ids			3
+#define Anum_blocks_state		4
+#define Anum_blocks_attempt		5
+#define Anum_blocks_lease_until	6
+
+/*
+ * Block ids a claim's first scan looks at beyond twice the blocks it asks
+ * for (claim.c, advisory.c)
+ */
+#define PGQ_CLAIM_WINDOW	16
+
+/* An index scan of pgq.blocks without SQL (blockscan.c). */
+typedef struct PgqBlockScan
+{
+	Relation	heap;
+	Relation	index;
+	Snapshot	snapshot;
+	IndexScanDesc scan;
+	TupleTableSlot *slot;		/* the current row */
+} PgqBlockScan;
 
 /*
  * Internal SQL names every relation, function and operator with its schema,
@@ -196,6 +218,19 @@ extern void pgq_lookup_group_cached(text *name, PgqGroup *group);
 extern void pgq_invalidate_groups(void);
 extern bool pgq_lookup_block(int64 block_id, PgqGroup *group);
 extern bool pgq_lookup_item(int64 item_id, PgqGroup *group);
+
+/* blockscan.c */
+extern void pgq_block_scan_open(PgqBlockScan *scan, const char *index_name,
+								LOCKMODE lockmode);
+extern void pgq_block_scan_keys(PgqBlockScan *scan, ScanKey keys, int nkeys);
+extern bool pgq_block_scan_next(PgqBlockScan *scan);
+extern void pgq_block_scan_close(PgqBlockScan *scan);
+extern void pgq_block_range_keys(ScanKey keys, int64 group_id, int64 from,
+								 int64 to);
+extern Datum pgq_block_attr(PgqBlockScan *scan, AttrNumber attnum,
+							bool *isnull);
+extern bool pgq_block_group_id(int64 block_id, int64 *group_id);
+extern bool pgq_block_delete(int64 group_id, int64 block_id);
 
 /* claim.c */
 extern void pgq_check_claim_context(PgqMode mode);

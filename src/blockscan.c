@@ -1,0 +1,168 @@
+/*-------------------------------------------------------------------------
+ *
+ * blockscan.c
+ *	  Direct access to pgq.blocks for the hot paths of claims and block
+ *	  operations.
+ *
+ * A claim or a complete does little work on few rows, and running it as an
+ * SQL statement costs more than the work: executor setup alone (opening
+ * every scan, building quals and projections) took most of an advisory
+ * claim's instructions.  The calls here walk pgq's own indexes through the
+ * index and table AMs instead.  They are safe to use because pgq owns the
+ * table: it has no triggers, rules, policies or foreign keys to honour, and
+ * the callers have already checked the caller's privilege on the group.
+ *
+ * Each scan takes the latest snapshot, as a READ COMMITTED statement would.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "executor/tuptable.h"
+#include "miscadmin.h"
+#include "utils/fmgroids.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+
+#include "pgq.h"
+
+/* Open pgq.blocks and one of its indexes, by name, for a scan. */
+void
+pgq_block_scan_open(PgqBlockScan *scan, const char *index_name,
+					LOCKMODE lockmode)
+{
+	Oid			nsp = get_namespace_oid("pgq", false);
+
+	scan->heap = table_open(get_relname_relid("blocks", nsp), lockmode);
+	scan->index = index_open(get_relname_relid(index_name, nsp), lockmode);
+	scan->snapshot = RegisterSnapshot(GetLatestSnapshot());
+	scan->slot = table_slot_create(scan->heap, NULL);
+	scan->scan = NULL;
+}
+
+/*
+ * Start (or restart) an index scan with nkeys keys.  The keys are copied:
+ * the caller's array may go.
+ */
+void
+pgq_block_scan_keys(PgqBlockScan *scan, ScanKey keys, int nkeys)
+{
+	if (scan->scan == NULL)
+	{
+#if PG_VERSION_NUM >= 180000
+		scan->scan = index_beginscan(scan->heap, scan->index, scan->snapshot,
+									 NULL, nkeys, 0);
+#else
+		scan->scan = index_beginscan(scan->heap, scan->index, scan->snapshot,
+									 nkeys, 0);
+#endif
+	}
+	index_rescan(scan->scan, keys, nkeys, NULL, 0);
+}
+
+/* The next row of the scan, in scan->slot; false at the end. */
+bool
+pgq_block_scan_next(PgqBlockScan *scan)
+{
+	CHECK_FOR_INTERRUPTS();
+	return index_getnext_slot(scan->scan, ForwardScanDirection, scan->slot);
+}
+
+/* End a scan begun with pgq_block_scan_open(); the locks stay. */
+void
+pgq_block_scan_close(PgqBlockScan *scan)
+{
+	if (scan->scan != NULL)
+		index_endscan(scan->scan);
+	ExecDropSingleTupleTableSlot(scan->slot);
+	UnregisterSnapshot(scan->snapshot);
+	index_close(scan->index, NoLock);
+	table_close(scan->heap, NoLock);
+}
+
+/*
+ * Keys for the blocks of a group with block ids in [from, to), on the
+ * primary key (group_id, block_id).
+ */
+void
+pgq_block_range_keys(ScanKey keys, int64 group_id, int64 from, int64 to)
+{
+	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_INT8EQ,
+				Int64GetDatum(group_id));
+	ScanKeyInit(&keys[1], 2, BTGreaterEqualStrategyNumber, F_INT8GE,
+				Int64GetDatum(from));
+	ScanKeyInit(&keys[2], 2, BTLessStrategyNumber, F_INT8LT,
+				Int64GetDatum(to));
+}
+
+/* A column of the row in scan->slot (none of pgq.blocks' read here are null) */
+Datum
+pgq_block_attr(PgqBlockScan *scan, AttrNumber attnum, bool *isnull)
+{
+	return slot_getattr(scan->slot, attnum, isnull);
+}
+
+/*
+ * The group of a block, looked up by its id through the hash index on
+ * block_id.  False if there is no such block now.
+ */
+bool
+pgq_block_group_id(int64 block_id, int64 *group_id)
+{
+	PgqBlockScan scan;
+	ScanKeyData key;
+	bool		found;
+
+	pgq_block_scan_open(&scan, "blocks_block_id_idx", AccessShareLock);
+	ScanKeyInit(&key, 1, HTEqualStrategyNumber, F_INT8EQ,
+				Int64GetDatum(block_id));
+	pgq_block_scan_keys(&scan, &key, 1);
+	found = pgq_block_scan_next(&scan);
+	if (found)
+	{
+		bool		isnull;
+
+		*group_id = DatumGetInt64(pgq_block_attr(&scan, Anum_blocks_group_id,
+												 &isnull));
+	}
+	pgq_block_scan_close(&scan);
+	return found;
+}
+
+/*
+ * Delete a block of a group, waiting for a transaction that is changing it.
+ * False if it is gone, or was changed by a transaction that committed
+ * meanwhile.  For blocks the caller holds by other means than a row lock
+ * (an advisory lock), where nobody else should touch the row.
+ */
+bool
+pgq_block_delete(int64 group_id, int64 block_id)
+{
+	PgqBlockScan scan;
+	ScanKeyData keys[3];
+	bool		deleted = false;
+
+	pgq_block_scan_open(&scan, "blocks_pkey", RowExclusiveLock);
+	pgq_block_range_keys(keys, group_id, block_id, block_id + 1);
+	pgq_block_scan_keys(&scan, keys, 3);
+	if (pgq_block_scan_next(&scan))
+	{
+		TM_FailureData tmfd;
+
+		deleted = table_tuple_delete(scan.heap, &scan.slot->tts_tid,
+									 GetCurrentCommandId(true),
+									 scan.snapshot, InvalidSnapshot, true,
+									 &tmfd, false) == TM_Ok;
+	}
+	pgq_block_scan_close(&scan);
+	if (deleted)
+		CommandCounterIncrement();
+	return deleted;
+}
