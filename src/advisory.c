@@ -28,7 +28,6 @@
  */
 #include "postgres.h"
 
-#include "access/stratnum.h"
 #include "access/twophase.h"
 #include "access/xact.h"
 #include "catalog/pg_type.h"
@@ -38,7 +37,6 @@
 #include "storage/lock.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
-#include "utils/fmgroids.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 
@@ -561,10 +559,7 @@ lock_due(const PgqGroup *group, int limit, ClaimedBlock *blocks,
 	int			n;
 
 	pgq_block_scan_open(&scan, "blocks_due_idx", AccessShareLock);
-	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_INT8EQ,
-				Int64GetDatum(group->ref.group_id));
-	ScanKeyInit(&keys[1], 2, BTLessEqualStrategyNumber, F_TIMESTAMPTZ_LE,
-				TimestampTzGetDatum(GetCurrentTimestamp()));
+	pgq_block_due_keys(keys, group->ref.group_id, GetCurrentTimestamp());
 	pgq_block_scan_keys(&scan, keys, 2);
 	n = lock_candidates(group, &scan, "cr", limit,
 						Min(limit + PGQ_ADVISORY_BATCH, INT_MAX / 2),
@@ -650,7 +645,7 @@ bool
 pgq_advisory_complete(const PgqGroup *group, int64 block_id)
 {
 	if (!holds_block(&group->ref, block_id) ||
-		!pgq_block_delete(group->ref.group_id, block_id))
+		!pgq_block_delete(group->ref.group_id, block_id, NULL))
 		return false;
 	pgq_xact_unlock_at_commit(&group->ref, block_id);
 	return true;

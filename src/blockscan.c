@@ -137,13 +137,15 @@ pgq_block_group_id(int64 block_id, int64 *group_id)
 }
 
 /*
- * Delete a block of a group, waiting for a transaction that is changing it.
- * False if it is gone, or was changed by a transaction that committed
- * meanwhile.  For blocks the caller holds by other means than a row lock
- * (an advisory lock), where nobody else should touch the row.
+ * Delete a block of a group that the caller holds, waiting for a
+ * transaction that is changing it.  With "attempt", the block must be
+ * claimed under that lease attempt (state 'c'); without, it is held by an
+ * advisory lock.  False if it is gone, not held that way, or was changed
+ * by a transaction that committed meanwhile (a claim that took it over
+ * after its lease ran out): the caller no longer holds it.
  */
 bool
-pgq_block_delete(int64 group_id, int64 block_id)
+pgq_block_delete(int64 group_id, int64 block_id, const int32 *attempt)
 {
 	PgqBlockScan scan;
 	ScanKeyData keys[3];
@@ -154,15 +156,55 @@ pgq_block_delete(int64 group_id, int64 block_id)
 	pgq_block_scan_keys(&scan, keys, 3);
 	if (pgq_block_scan_next(&scan))
 	{
+		bool		isnull;
 		TM_FailureData tmfd;
 
-		deleted = table_tuple_delete(scan.heap, &scan.slot->tts_tid,
-									 GetCurrentCommandId(true),
-									 scan.snapshot, InvalidSnapshot, true,
-									 &tmfd, false) == TM_Ok;
+		deleted = attempt == NULL ||
+			(DatumGetChar(pgq_block_attr(&scan, Anum_blocks_state, &isnull)) ==
+			 PGQ_BLOCK_CLAIMED &&
+			 DatumGetInt32(pgq_block_attr(&scan, Anum_blocks_attempt,
+										  &isnull)) == *attempt);
+		if (deleted)
+			deleted = table_tuple_delete(scan.heap, &scan.slot->tts_tid,
+										 GetCurrentCommandId(true),
+										 scan.snapshot, InvalidSnapshot, true,
+										 &tmfd, false) == TM_Ok;
 	}
 	pgq_block_scan_close(&scan);
 	if (deleted)
 		CommandCounterIncrement();
 	return deleted;
+}
+
+/*
+ * Keys for a group's blocks whose lease ran out or whose retry came due by
+ * "now", on blocks_due_idx (group_id, lease_until).
+ */
+void
+pgq_block_due_keys(ScanKey keys, int64 group_id, TimestampTz now)
+{
+	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_INT8EQ,
+				Int64GetDatum(group_id));
+	ScanKeyInit(&keys[1], 2, BTLessEqualStrategyNumber, F_TIMESTAMPTZ_LE,
+				TimestampTzGetDatum(now));
+}
+
+/*
+ * Has the group a block whose lease ran out or whose retry came due by
+ * "now"?  Lease claims ask before they run the statement that takes such
+ * blocks, which usually finds none.
+ */
+bool
+pgq_block_any_due(int64 group_id, TimestampTz now)
+{
+	PgqBlockScan scan;
+	ScanKeyData keys[2];
+	bool		found;
+
+	pgq_block_scan_open(&scan, "blocks_due_idx", AccessShareLock);
+	pgq_block_due_keys(keys, group_id, now);
+	pgq_block_scan_keys(&scan, keys, 2);
+	found = pgq_block_scan_next(&scan);
+	pgq_block_scan_close(&scan);
+	return found;
 }

@@ -84,7 +84,8 @@ pgq_lease_xact_end(void)
 /*
  * Take up to "limit" blocks whose lease ran out or whose retry came due.  A
  * block that already had its last attempt (its lease ran out, or it was
- * released) is dead-lettered instead.
+ * released) is dead-lettered instead.  The statement runs only if a look at
+ * the due index finds such a block: usually there is none.
  */
 static int
 claim_due(const PgqGroup *group, int limit, TimestampTz now,
@@ -94,6 +95,8 @@ claim_due(const PgqGroup *group, int limit, TimestampTz now,
 	Datum		values[5];
 	int			n = 0;
 
+	if (!pgq_block_any_due(group->ref.group_id, now))
+		return 0;
 	if (plan == NULL)
 	{
 		Oid			argtypes[5] = {INT8OID, INT4OID, TIMESTAMPTZOID,
@@ -267,20 +270,14 @@ change_held_block(SPIPlanPtr *plan, const char *sql, int nargs, Oid *argtypes,
 	"AND state " OP("=") " 'c' AND attempt " OP("=") " $3"
 
 /*
- * Consume a block held under "attempt".  Waiters learn at commit whether the
+ * Consume a block held under "attempt", without SQL (see blockscan.c): it
+ * is every lease cycle's second half.  Waiters learn at commit whether the
  * group can yield more.
  */
 bool
 pgq_lease_complete(const PgqGroup *group, int64 block_id, int32 attempt)
 {
-	static SPIPlanPtr plan = NULL;
-	Oid			argtypes[3] = {INT8OID, INT8OID, INT4OID};
-	Datum		values[3] = {Int64GetDatum(group->ref.group_id),
-	Int64GetDatum(block_id), Int32GetDatum(attempt)};
-
-	if (!change_held_block(&plan,
-						   "DELETE FROM pgq.blocks " HELD_BY_ATTEMPT,
-						   3, argtypes, values, SPI_OK_DELETE))
+	if (!pgq_block_delete(group->ref.group_id, block_id, &attempt))
 		return false;
 	pgq_lease_durable();
 	pgq_xact_wake_at_commit(&group->ref);

@@ -229,8 +229,11 @@ extern void pgq_block_range_keys(ScanKey keys, int64 group_id, int64 from,
 								 int64 to);
 extern Datum pgq_block_attr(PgqBlockScan *scan, AttrNumber attnum,
 							bool *isnull);
+extern void pgq_block_due_keys(ScanKey keys, int64 group_id, TimestampTz now);
+extern bool pgq_block_any_due(int64 group_id, TimestampTz now);
 extern bool pgq_block_group_id(int64 block_id, int64 *group_id);
-extern bool pgq_block_delete(int64 group_id, int64 block_id);
+extern bool pgq_block_delete(int64 group_id, int64 block_id,
+							 const int32 *attempt);
 
 /* claim.c */
 extern void pgq_check_claim_context(PgqMode mode);
