@@ -3,9 +3,10 @@
  * claim.c
  *	  Claiming blocks in transaction mode.
  *
- * A claim locks the group's first unclaimed blocks FOR UPDATE SKIP LOCKED and
- * deletes them, in the caller's transaction: its COMMIT consumes them, its
- * ROLLBACK (or the end of its session) gives them back at once.  The scan
+ * A claim deletes the group's first unclaimed blocks that no other
+ * transaction is deleting, the way FOR UPDATE SKIP LOCKED would pass them
+ * over, in the caller's transaction: its COMMIT consumes them, its ROLLBACK
+ * (or the end of its session) gives them back at once.  The scan
  * starts at the group's hint from shared memory rather than at the head of
  * the index, where the dead entries of consumed blocks pile up.
  *
@@ -13,26 +14,17 @@
  */
 #include "postgres.h"
 
-#include "access/genam.h"
-#include "access/stratnum.h"
-#include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "access/xlog.h"
-#include "catalog/namespace.h"
 #include "catalog/pg_type.h"
-#include "executor/executor.h"
 #include "executor/spi.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/fmgrprotos.h"
-#include "utils/fmgroids.h"
 #include "utils/guc.h"
-#include "utils/lsyscache.h"
-#include "utils/rel.h"
 #include "utils/resowner.h"
-#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 
