@@ -20,7 +20,9 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "access/tableam.h"
 #include "catalog/pg_type.h"
+#include "executor/executor.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
@@ -153,42 +155,108 @@ claim_due(const PgqGroup *group, int limit, TimestampTz now,
 	return n;
 }
 
-/* Take up to "limit" pending blocks from block id "from" on. */
+/*
+ * Take up to "limit" pending blocks from block id "from" on: every lease
+ * claim's work, done without SQL (see blockscan.c).  The primary key is
+ * walked as in transaction mode (claim.c), and each pending block is updated
+ * to claimed without waiting: a block that another transaction is changing
+ * (claiming) is passed over, as FOR UPDATE SKIP LOCKED would, and one that
+ * was changed since the scan's snapshot is no longer pending.
+ */
 static int
 claim_pending(const PgqGroup *group, int64 from, int limit,
 			  TimestampTz until, ClaimedBlock *blocks, MemoryContext cxt)
 {
-	static SPIPlanPtr plan = NULL;
-	Datum		values[4];
-	int			rc;
+	PgqBlockScan scan;
+	EState	   *estate;
+	ResultRelInfo *rri;
+	TupleTableSlot *newslot;
+	CommandId	cid = GetCurrentCommandId(true);
+	int64		window = Min((int64) limit * 2 + PGQ_CLAIM_WINDOW,
+							 PG_INT64_MAX - from);
+	int			n = 0;
 
-	if (plan == NULL)
+	pgq_block_scan_open(&scan, "blocks_pkey", RowExclusiveLock);
+	estate = CreateExecutorState();
+	rri = makeNode(ResultRelInfo);
+	InitResultRelInfo(rri, scan.heap, 0, NULL, 0);
+	ExecOpenIndices(rri, false);
+	newslot = table_slot_create(scan.heap, NULL);
+
+	for (int pass = 0; pass < 2 && n < limit; pass++)
 	{
-		Oid			argtypes[4] = {INT8OID, INT8OID, INT4OID, TIMESTAMPTZOID};
+		ScanKeyData keys[3];
 
-		plan = pgq_keep_plan("UPDATE pgq.blocks SET state = 'c', "
-							 "attempt = attempt " OP("+") " 1, lease_until = $4 "
-							 "WHERE ctid " OP("=") " ANY (ARRAY("
-							 "SELECT ctid FROM pgq.blocks "
-							 "WHERE group_id " OP("=") " $1 "
-							 "AND block_id " OP(">=") " $2 "
-							 "AND state " OP("=") " 'p' "
-							 "ORDER BY group_id, block_id LIMIT $3 "
-							 "FOR UPDATE SKIP LOCKED)) "
-							 "RETURNING block_id, ids, attempt, state",
-							 4, argtypes);
+		if (pass == 0)
+			pgq_block_range_keys(keys, group->ref.group_id, from,
+								 from + window);
+		else
+			pgq_block_range_keys(keys, group->ref.group_id, from + window,
+								 PG_INT64_MAX);
+		pgq_block_scan_keys(&scan, keys, 3);
+
+		while (n < limit && pgq_block_scan_next(&scan))
+		{
+			TupleTableSlot *old = scan.slot;
+			int			natts = old->tts_tupleDescriptor->natts;
+			int32		attempt;
+			TM_FailureData tmfd;
+			LockTupleMode lockmode;
+			MemoryContext oldcxt;
+#if PG_VERSION_NUM >= 160000
+			TU_UpdateIndexes update_indexes;
+#else
+			bool		update_indexes;
+#endif
+
+			slot_getallattrs(old);
+			if (DatumGetChar(old->tts_values[Anum_blocks_state - 1]) != 'p')
+				continue;
+			attempt = DatumGetInt32(old->tts_values[Anum_blocks_attempt - 1]) + 1;
+
+			/* the new version: claimed under a lease, one attempt more */
+			ExecClearTuple(newslot);
+			memcpy(newslot->tts_values, old->tts_values, natts * sizeof(Datum));
+			memcpy(newslot->tts_isnull, old->tts_isnull, natts * sizeof(bool));
+			newslot->tts_values[Anum_blocks_state - 1] = CharGetDatum(PGQ_BLOCK_CLAIMED);
+			newslot->tts_values[Anum_blocks_attempt - 1] = Int32GetDatum(attempt);
+			newslot->tts_values[Anum_blocks_lease_until - 1] = TimestampTzGetDatum(until);
+			newslot->tts_isnull[Anum_blocks_lease_until - 1] = false;
+			ExecStoreVirtualTuple(newslot);
+
+			if (table_tuple_update(scan.heap, &old->tts_tid, newslot, cid,
+								   scan.snapshot, InvalidSnapshot, false,
+								   &tmfd, &lockmode, &update_indexes) != TM_Ok)
+				continue;		/* claimed by another, or changed */
+#if PG_VERSION_NUM >= 160000
+			if (update_indexes != TU_None)
+				ExecInsertIndexTuples(rri, newslot, estate, true, false, NULL,
+									  NIL, update_indexes == TU_Summarizing);
+#else
+			if (update_indexes)
+				ExecInsertIndexTuples(rri, newslot, estate, true, false, NULL,
+									  NIL);
+#endif
+			ResetPerTupleExprContext(estate);
+
+			oldcxt = MemoryContextSwitchTo(cxt);
+			memset(&blocks[n], 0, sizeof(ClaimedBlock));
+			blocks[n].block_id = DatumGetInt64(old->tts_values[Anum_blocks_block_id - 1]);
+			blocks[n].ids = PointerGetDatum(PG_DETOAST_DATUM_COPY(old->tts_values[Anum_blocks_ids - 1]));
+			blocks[n].attempt = attempt;
+			MemoryContextSwitchTo(oldcxt);
+			n++;
+		}
 	}
 
-	values[0] = Int64GetDatum(group->ref.group_id);
-	values[1] = Int64GetDatum(from);
-	values[2] = Int32GetDatum(limit);
-	values[3] = TimestampTzGetDatum(until);
-	rc = SPI_execute_plan(plan, values, NULL, false, 0);
-	if (rc != SPI_OK_UPDATE_RETURNING)
-		elog(ERROR, "could not claim blocks: %s", SPI_result_code_string(rc));
-	return pgq_claimed_from_spi(blocks, 3, 4, cxt);
+	ExecDropSingleTupleTableSlot(newslot);
+	ExecCloseIndices(rri);
+	FreeExecutorState(estate);
+	pgq_block_scan_close(&scan);
+	if (n > 0)
+		CommandCounterIncrement();
+	return n;
 }
-
 
 /*
  * Claim up to max_blocks blocks of a lease-mode group: due ones first, then
