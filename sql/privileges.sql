@@ -53,6 +53,7 @@ SELECT sql, priv_try(sql) FROM (VALUES
     ($$SELECT pgq.drop_group('pq1')$$),
     ($$SELECT pgq.enqueue('pq1', '{}')$$),
     ($$SELECT pgq.enqueue_many('pq1', ARRAY['{}']::jsonb[])$$),
+    ($$SELECT pgq.enqueue_many('pq1', '{}'::jsonb[])$$),
     ($$SELECT pgq.grant('p1', 'regress_stranger')$$),
     ($$SELECT pgq.revoke('p1', 'regress_worker')$$)
 ) AS cases(sql);

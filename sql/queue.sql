@@ -154,6 +154,7 @@ SELECT sql, try(sql) FROM (VALUES
     ($$SELECT pgq.enqueue_many('jobs', ARRAY[['{}']]::jsonb[])$$),
     ($$SELECT pgq.enqueue_many('jobs', ARRAY['{}']::jsonb[], keys => ARRAY[repeat('k', 1025)])$$),
     ($$SELECT pgq.enqueue_many('grp', ARRAY['{}']::jsonb[])$$),
+    ($$SELECT pgq.enqueue_many('nope', '{}'::jsonb[])$$),
     ($$SELECT pgq.result(NULL)$$),
     ($$SELECT pgq.result(-1)$$),
     ($$SELECT pgq.result(-1, wait => '-1 s')$$),

@@ -464,6 +464,7 @@ pgq_enqueue_many(PG_FUNCTION_ARGS)
 	char		nulls[7] = "       ";
 	int			rc;
 	PgqScope	scope;
+	static SPIPlanPtr plan = NULL;
 
 	pgq_check_arg_not_null(fcinfo, 0, "group_name");
 	pgq_check_arg_not_null(fcinfo, 3, "priority");
@@ -489,14 +490,19 @@ pgq_enqueue_many(PG_FUNCTION_ARGS)
 			check_key(DatumGetTextPP(keys.values[i]));
 	}
 	pgq_check_not_in_recovery("enqueue");
-	if (n == 0)
-		PG_RETURN_ARRAYTYPE_P(construct_empty_array(INT8OID));
 
 	pgq_enter(&scope);
 	pgq_lock_group_name(PG_GETARG_TEXT_PP(0), false);
 	SPI_connect();
 	lookup_queue(PG_GETARG_TEXT_PP(0), &group);
 	pgq_check_privilege(&group, PGQ_PRIV_PRODUCE);
+	if (n == 0)
+	{
+		/* nothing to add, but the queue and the privilege were checked */
+		SPI_finish();
+		pgq_leave(&scope);
+		PG_RETURN_ARRAYTYPE_P(construct_empty_array(INT8OID));
+	}
 	pending = due_now(!PG_ARGISNULL(4), PG_GETARG_TIMESTAMPTZ(4));
 
 	/*
@@ -514,24 +520,26 @@ pgq_enqueue_many(PG_FUNCTION_ARGS)
 	nulls[5] = pending ? 'n' : ' ';
 	values[6] = PG_GETARG_DATUM(5);
 	nulls[6] = PG_ARGISNULL(5) ? 'n' : ' ';
-	rc = SPI_execute_with_args("WITH input AS MATERIALIZED ("
-							   " SELECT u.p, u.k, u.d, u.n, "
-							   " pg_catalog.nextval('pgq.block_id_seq') AS id "
-							   " FROM ROWS FROM (pg_catalog.unnest($2), "
-							   " pg_catalog.unnest($3), pg_catalog.unnest($7)) "
-							   " WITH ORDINALITY AS u (p, k, d, n)), "
-							   "ins AS ("
-							   " INSERT INTO pgq.items "
-							   " (group_id, item_id, key, priority, state, due_at, "
-							   " payload, data) "
-							   " SELECT $1, id, k, $4, $5, $6, p, d FROM input "
-							   " ORDER BY n "
-							   " ON CONFLICT (group_id, key) WHERE key IS NOT NULL "
-							   " DO NOTHING RETURNING item_id) "
-							   "SELECT ins.item_id FROM input "
-							   "LEFT JOIN ins ON ins.item_id " OP("=") " input.id "
-							   "ORDER BY input.n",
-							   7, argtypes, values, nulls, false, 0);
+	if (plan == NULL)
+		plan = pgq_keep_plan("WITH input AS MATERIALIZED ("
+							 " SELECT u.p, u.k, u.d, u.n, "
+							 " pg_catalog.nextval('pgq.block_id_seq') AS id "
+							 " FROM ROWS FROM (pg_catalog.unnest($2), "
+							 " pg_catalog.unnest($3), pg_catalog.unnest($7)) "
+							 " WITH ORDINALITY AS u (p, k, d, n)), "
+							 "ins AS ("
+							 " INSERT INTO pgq.items "
+							 " (group_id, item_id, key, priority, state, due_at, "
+							 " payload, data) "
+							 " SELECT $1, id, k, $4, $5, $6, p, d FROM input "
+							 " ORDER BY n "
+							 " ON CONFLICT (group_id, key) WHERE key IS NOT NULL "
+							 " DO NOTHING RETURNING item_id) "
+							 "SELECT ins.item_id FROM input "
+							 "LEFT JOIN ins ON ins.item_id " OP("=") " input.id "
+							 "ORDER BY input.n",
+							 7, argtypes);
+	rc = SPI_execute_plan(plan, values, nulls, false, 0);
 	if (rc != SPI_OK_SELECT || SPI_processed != (uint64) n)
 		elog(ERROR, "could not insert items: %s", SPI_result_code_string(rc));
 
