@@ -380,13 +380,13 @@ verify_locked(const PgqGroup *group, int64 block_id, ClaimedBlock *block,
 			  MemoryContext cxt)
 {
 	PgqBlockScan scan;
-	ScanKeyData keys[3];
+	ScanKeyData keys[2];
 	bool		ok;
 	bool		isnull;
 
 	pgq_block_scan_open(&scan, "blocks_pkey", AccessShareLock);
-	pgq_block_range_keys(keys, group->ref.group_id, block_id, block_id + 1);
-	pgq_block_scan_keys(&scan, keys, 3);
+	pgq_block_key(keys, group->ref.group_id, block_id);
+	pgq_block_scan_keys(&scan, keys, 2);
 	ok = pgq_block_scan_next(&scan);
 	if (ok)
 	{
@@ -488,8 +488,10 @@ lock_candidates(const PgqGroup *group, PgqBlockScan *scan, const char *states,
 		bool		isnull;
 		int64		block_id;
 
-		if (strchr(states, DatumGetChar(pgq_block_attr(scan, Anum_blocks_state,
-													   &isnull))) == NULL)
+		char		state = DatumGetChar(pgq_block_attr(scan, Anum_blocks_state,
+														&isnull));
+
+		if (state == '\0' || strchr(states, state) == NULL)
 			continue;
 		block_id = DatumGetInt64(pgq_block_attr(scan, Anum_blocks_block_id,
 												&isnull));

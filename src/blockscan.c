@@ -10,9 +10,13 @@
  * claim's instructions.  The calls here walk pgq's own indexes through the
  * index and table AMs instead.  They are safe to use because pgq owns the
  * table: it has no triggers, rules, policies or foreign keys to honour, and
- * the callers have already checked the caller's privilege on the group.
+ * the callers check the caller's privilege on the group before they change
+ * anything.
  *
- * Each scan takes the latest snapshot, as a READ COMMITTED statement would.
+ * Each scan takes the snapshot a statement would: a new one in READ
+ * COMMITTED, the transaction's in REPEATABLE READ and SERIALIZABLE (claims
+ * are refused there; completes raise a serialization failure, as a DELETE
+ * would, when the block changed since).
  *
  *-------------------------------------------------------------------------
  */
@@ -23,6 +27,7 @@
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "catalog/namespace.h"
 #include "executor/tuptable.h"
 #include "miscadmin.h"
@@ -33,16 +38,23 @@
 
 #include "pgq.h"
 
-/* Open pgq.blocks and one of its indexes, by name, for a scan. */
+/*
+ * Open pgq.blocks and one of its indexes, by name, for a scan; with
+ * RowExclusiveLock, to change rows, which a read-only transaction may not.
+ */
 void
 pgq_block_scan_open(PgqBlockScan *scan, const char *index_name,
 					LOCKMODE lockmode)
 {
 	Oid			nsp = get_namespace_oid("pgq", false);
 
+	if (lockmode >= RowExclusiveLock && XactReadOnly)
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("cannot claim or consume blocks in a read-only transaction")));
 	scan->heap = table_open(get_relname_relid("blocks", nsp), lockmode);
 	scan->index = index_open(get_relname_relid(index_name, nsp), lockmode);
-	scan->snapshot = RegisterSnapshot(GetLatestSnapshot());
+	scan->snapshot = RegisterSnapshot(GetTransactionSnapshot());
 	scan->slot = table_slot_create(scan->heap, NULL);
 	scan->scan = NULL;
 }
@@ -102,7 +114,19 @@ pgq_block_range_keys(ScanKey keys, int64 group_id, int64 from, int64 to)
 				Int64GetDatum(to));
 }
 
-/* A column of the row in scan->slot (none of pgq.blocks' read here are null) */
+/*
+ * Keys for one block of a group, on the primary key (group_id, block_id).
+ */
+void
+pgq_block_key(ScanKey keys, int64 group_id, int64 block_id)
+{
+	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_INT8EQ,
+				Int64GetDatum(group_id));
+	ScanKeyInit(&keys[1], 2, BTEqualStrategyNumber, F_INT8EQ,
+				Int64GetDatum(block_id));
+}
+
+/* A column of the row in scan->slot. */
 Datum
 pgq_block_attr(PgqBlockScan *scan, AttrNumber attnum, bool *isnull)
 {
@@ -111,26 +135,30 @@ pgq_block_attr(PgqBlockScan *scan, AttrNumber attnum, bool *isnull)
 
 /*
  * The group of a block, looked up by its id through the hash index on
- * block_id.  False if there is no such block now.
+ * block_id.  False if there is no such block now.  A hash index matches
+ * hash codes, not values: every row it returns is checked.
  */
 bool
 pgq_block_group_id(int64 block_id, int64 *group_id)
 {
 	PgqBlockScan scan;
 	ScanKeyData key;
-	bool		found;
+	bool		found = false;
 
 	pgq_block_scan_open(&scan, "blocks_block_id_idx", AccessShareLock);
 	ScanKeyInit(&key, 1, HTEqualStrategyNumber, F_INT8EQ,
 				Int64GetDatum(block_id));
 	pgq_block_scan_keys(&scan, &key, 1);
-	found = pgq_block_scan_next(&scan);
-	if (found)
+	while (!found && pgq_block_scan_next(&scan))
 	{
 		bool		isnull;
 
+		if (DatumGetInt64(pgq_block_attr(&scan, Anum_blocks_block_id,
+										 &isnull)) != block_id)
+			continue;
 		*group_id = DatumGetInt64(pgq_block_attr(&scan, Anum_blocks_group_id,
 												 &isnull));
+		found = true;
 	}
 	pgq_block_scan_close(&scan);
 	return found;
@@ -140,40 +168,57 @@ pgq_block_group_id(int64 block_id, int64 *group_id)
  * Delete a block of a group that the caller holds, waiting for a
  * transaction that is changing it.  With "attempt", the block must be
  * claimed under that lease attempt (state 'c'); without, it is held by an
- * advisory lock.  False if it is gone, not held that way, or was changed
- * by a transaction that committed meanwhile (a claim that took it over
- * after its lease ran out): the caller no longer holds it.
+ * advisory lock.  False if it is gone or not held that way.
+ *
+ * Like a DELETE in READ COMMITTED, a block changed by a transaction that
+ * committed meanwhile is looked at again in its new version (an extend
+ * keeps it held; a claim that took it over after its lease ran out does
+ * not); in REPEATABLE READ and SERIALIZABLE that is a serialization failure.
  */
 bool
 pgq_block_delete(int64 group_id, int64 block_id, const int32 *attempt)
 {
-	PgqBlockScan scan;
-	ScanKeyData keys[3];
-	bool		deleted = false;
-
-	pgq_block_scan_open(&scan, "blocks_pkey", RowExclusiveLock);
-	pgq_block_range_keys(keys, group_id, block_id, block_id + 1);
-	pgq_block_scan_keys(&scan, keys, 3);
-	if (pgq_block_scan_next(&scan))
+	for (;;)
 	{
-		bool		isnull;
+		PgqBlockScan scan;
+		ScanKeyData keys[2];
+		TM_Result	result = TM_Deleted;
 		TM_FailureData tmfd;
 
-		deleted = attempt == NULL ||
-			(DatumGetChar(pgq_block_attr(&scan, Anum_blocks_state, &isnull)) ==
-			 PGQ_BLOCK_CLAIMED &&
-			 DatumGetInt32(pgq_block_attr(&scan, Anum_blocks_attempt,
-										  &isnull)) == *attempt);
-		if (deleted)
-			deleted = table_tuple_delete(scan.heap, &scan.slot->tts_tid,
-										 GetCurrentCommandId(true),
-										 scan.snapshot, InvalidSnapshot, true,
-										 &tmfd, false) == TM_Ok;
+		CHECK_FOR_INTERRUPTS();
+		pgq_block_scan_open(&scan, "blocks_pkey", RowExclusiveLock);
+		pgq_block_key(keys, group_id, block_id);
+		pgq_block_scan_keys(&scan, keys, 2);
+		if (pgq_block_scan_next(&scan))
+		{
+			bool		isnull;
+
+			if (attempt == NULL ||
+				(DatumGetChar(pgq_block_attr(&scan, Anum_blocks_state,
+											 &isnull)) == PGQ_BLOCK_CLAIMED &&
+				 DatumGetInt32(pgq_block_attr(&scan, Anum_blocks_attempt,
+											  &isnull)) == *attempt))
+				result = table_tuple_delete(scan.heap, &scan.slot->tts_tid,
+											GetCurrentCommandId(true),
+											scan.snapshot, InvalidSnapshot,
+											true, &tmfd, false);
+		}
+		pgq_block_scan_close(&scan);
+
+		if (result == TM_Ok)
+		{
+			CommandCounterIncrement();
+			return true;
+		}
+		if ((result == TM_Updated || result == TM_Deleted) &&
+			IsolationUsesXactSnapshot())
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					 errmsg("could not serialize access due to concurrent update")));
+		if (result != TM_Updated)
+			return false;
+		/* changed and committed meanwhile: look at the new version */
 	}
-	pgq_block_scan_close(&scan);
-	if (deleted)
-		CommandCounterIncrement();
-	return deleted;
 }
 
 /*

@@ -805,10 +805,11 @@ group_cache_find_id(int64 group_id, PgqGroup *group)
 }
 
 /*
- * Look up the group of a block, inside SPI.  False if there is no such
- * block (consumed, dropped, or never made).  The block is found through the
- * hash index on block_id without SQL, and its group in the cache if it is
- * there: every complete, release, fail and extend starts here.
+ * Look up the group of a block.  False if there is no such block (consumed,
+ * dropped, or never made).  The block is found through the hash index on
+ * block_id without SQL, and its group in the cache if it is there, else with
+ * a statement (so inside SPI): every complete, release, fail and extend
+ * starts here.
  */
 bool
 pgq_lookup_block(int64 block_id, PgqGroup *group)

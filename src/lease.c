@@ -158,10 +158,10 @@ claim_due(const PgqGroup *group, int limit, TimestampTz now,
 /*
  * Take up to "limit" pending blocks from block id "from" on: every lease
  * claim's work, done without SQL (see blockscan.c).  The primary key is
- * walked as in transaction mode (claim.c), and each pending block is updated
- * to claimed without waiting: a block that another transaction is changing
- * (claiming) is passed over, as FOR UPDATE SKIP LOCKED would, and one that
- * was changed since the scan's snapshot is no longer pending.
+ * walked as in transaction mode (claim.c); each pending block is locked,
+ * skipping those that other transactions are changing (claiming), as FOR
+ * UPDATE SKIP LOCKED would, and those changed since the scan's snapshot,
+ * which are no longer pending, and then updated to claimed.
  */
 static int
 claim_pending(const PgqGroup *group, int64 from, int limit,
@@ -175,12 +175,24 @@ claim_pending(const PgqGroup *group, int64 from, int limit,
 	int64		window = Min((int64) limit * 2 + PGQ_CLAIM_WINDOW,
 							 PG_INT64_MAX - from);
 	int			n = 0;
+	MemoryContext oldcxt;
 
 	pgq_block_scan_open(&scan, "blocks_pkey", RowExclusiveLock);
+
+	/*
+	 * The new versions' index entries go in through the executor's code,
+	 * which wants an EState and a ResultRelInfo; in the EState's memory, so
+	 * that a waiting claim's attempts do not pile them up.  With no range
+	 * table entry, the index AMs are not told which columns changed: they
+	 * take every update as not changing their keys, a hint for cleanup
+	 * only, and true of all but blocks_due_idx.
+	 */
 	estate = CreateExecutorState();
+	oldcxt = MemoryContextSwitchTo(estate->es_query_cxt);
 	rri = makeNode(ResultRelInfo);
 	InitResultRelInfo(rri, scan.heap, 0, NULL, 0);
 	ExecOpenIndices(rri, false);
+	MemoryContextSwitchTo(oldcxt);
 	newslot = table_slot_create(scan.heap, NULL);
 
 	for (int pass = 0; pass < 2 && n < limit; pass++)
@@ -202,7 +214,6 @@ claim_pending(const PgqGroup *group, int64 from, int limit,
 			int32		attempt;
 			TM_FailureData tmfd;
 			LockTupleMode lockmode;
-			MemoryContext oldcxt;
 #if PG_VERSION_NUM >= 160000
 			TU_UpdateIndexes update_indexes;
 #else
@@ -212,6 +223,17 @@ claim_pending(const PgqGroup *group, int64 from, int limit,
 			slot_getallattrs(old);
 			if (DatumGetChar(old->tts_values[Anum_blocks_state - 1]) != 'p')
 				continue;
+
+			/*
+			 * Lock it, or pass it over if another transaction is changing
+			 * it (claiming it) or changed it since the scan.  heap_update()
+			 * cannot be asked not to wait itself.
+			 */
+			if (table_tuple_lock(scan.heap, &old->tts_tid, scan.snapshot, old,
+								 cid, LockTupleNoKeyExclusive, LockWaitSkip,
+								 0, &tmfd) != TM_Ok)
+				continue;
+			slot_getallattrs(old);
 			attempt = DatumGetInt32(old->tts_values[Anum_blocks_attempt - 1]) + 1;
 
 			/* the new version: claimed under a lease, one attempt more */
@@ -225,9 +247,10 @@ claim_pending(const PgqGroup *group, int64 from, int limit,
 			ExecStoreVirtualTuple(newslot);
 
 			if (table_tuple_update(scan.heap, &old->tts_tid, newslot, cid,
-								   scan.snapshot, InvalidSnapshot, false,
+								   scan.snapshot, InvalidSnapshot, true,
 								   &tmfd, &lockmode, &update_indexes) != TM_Ok)
-				continue;		/* claimed by another, or changed */
+				elog(ERROR, "could not update locked block " INT64_FORMAT,
+					 DatumGetInt64(old->tts_values[Anum_blocks_block_id - 1]));
 #if PG_VERSION_NUM >= 160000
 			if (update_indexes != TU_None)
 				ExecInsertIndexTuples(rri, newslot, estate, true, false, NULL,

@@ -122,7 +122,7 @@ typedef struct ClaimedBlock
 
 /*
  * Block ids a claim's first scan looks at beyond twice the blocks it asks
- * for (claim.c, advisory.c)
+ * for (claim.c, lease.c, advisory.c)
  */
 #define PGQ_CLAIM_WINDOW	16
 
@@ -227,6 +227,7 @@ extern bool pgq_block_scan_next(PgqBlockScan *scan);
 extern void pgq_block_scan_close(PgqBlockScan *scan);
 extern void pgq_block_range_keys(ScanKey keys, int64 group_id, int64 from,
 								 int64 to);
+extern void pgq_block_key(ScanKey keys, int64 group_id, int64 block_id);
 extern Datum pgq_block_attr(PgqBlockScan *scan, AttrNumber attnum,
 							bool *isnull);
 extern void pgq_block_due_keys(ScanKey keys, int64 group_id, TimestampTz now);

@@ -1,0 +1,40 @@
+-- Claims, completes and block lookups go through pgq's indexes without SQL
+-- (blockscan.c).  What a statement did for them, they must still do.
+
+-- The hash index on block_id matches hash codes: two blocks whose ids hash
+-- alike must each be found as themselves.  77964 and 131003 collide under
+-- hashint8 (checked here, so that the test says so if that ever changes).
+SELECT hashint8(77964) = hashint8(131003) AS ids_collide;
+SELECT setval('pgq.block_id_seq', 77963);
+SELECT pgq.create_group('dl', 'SELECT 1', 1, mode => 'lease');
+SELECT setval('pgq.block_id_seq', 131002);
+SELECT pgq.create_group('da', 'SELECT 2', 1, mode => 'advisory');
+SELECT group_name, block_id FROM pgq.blocks JOIN pgq.groups USING (group_id)
+WHERE group_name IN ('dl', 'da') ORDER BY block_id;
+SELECT pgq.register_worker() AS w \gset
+SELECT block_id AS ab FROM pgq.claim('da', worker_id => :w) \gset
+SELECT block_id AS lb, attempt AS la FROM pgq.claim('dl') \gset
+-- each complete finds its own block's group and mode
+SELECT pgq.complete(:ab, worker_id => :w) AS advisory_done;
+SELECT pgq.complete(:lb, attempt => :la) AS lease_done;
+SELECT count(*) FROM pgq.blocks WHERE block_id IN (77964, 131003);
+
+-- nothing is claimed or consumed in a read-only transaction
+SELECT pgq.create_group('dt', 'SELECT g FROM generate_series(1, 3) g', 1);
+SELECT pgq.create_group('dl2', 'SELECT 3', 1, mode => 'lease');
+BEGIN READ ONLY;
+SELECT pgq.claim('dt');
+ROLLBACK;
+BEGIN READ ONLY;
+SELECT pgq.claim('dl2');
+ROLLBACK;
+SELECT block_id AS lb, attempt AS la FROM pgq.claim('dl2') \gset
+BEGIN READ ONLY;
+SELECT pgq.complete(:lb, attempt => :la);
+ROLLBACK;
+SELECT pgq.complete(:lb, attempt => :la) AS lease_done;
+SELECT group_name, pending, claimed, done FROM pgq.group_stats
+WHERE group_name IN ('dt', 'dl2') ORDER BY group_name;
+
+SELECT pgq.drop_group('dl'), pgq.drop_group('da'), pgq.drop_group('dt'),
+       pgq.drop_group('dl2');
