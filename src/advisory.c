@@ -520,8 +520,6 @@ lock_pending(const PgqGroup *group, int64 from, int limit,
 			 ClaimedBlock *blocks, MemoryContext cxt, int64 *last)
 {
 	PgqBlockScan scan;
-	int64		window = Min((int64) limit * 2 + PGQ_CLAIM_WINDOW,
-							 PG_INT64_MAX - from);
 	int			n = 0;
 	bool		stop = false;
 
@@ -529,15 +527,8 @@ lock_pending(const PgqGroup *group, int64 from, int limit,
 	pgq_block_scan_open(&scan, "blocks_pkey", AccessShareLock);
 	for (int pass = 0; pass < 2 && n < limit && !stop; pass++)
 	{
-		ScanKeyData keys[3];
-
-		if (pass == 0)
-			pgq_block_range_keys(keys, group->ref.group_id, from,
-								 from + window);
-		else
-			pgq_block_range_keys(keys, group->ref.group_id, from + window,
-								 PG_INT64_MAX);
-		pgq_block_scan_keys(&scan, keys, 3);
+		pgq_block_scan_claim_pass(&scan, group->ref.group_id, from, limit,
+								  pass);
 		n += lock_candidates(group, &scan, "p", limit - n, INT_MAX,
 							 blocks + n, cxt, last, &stop);
 	}

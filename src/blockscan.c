@@ -38,6 +38,9 @@
 
 #include "pgq.h"
 
+/* Block ids a claim's first pass looks at beyond twice the blocks it asks for */
+#define PGQ_CLAIM_WINDOW	16
+
 /*
  * Open pgq.blocks and one of its indexes, by name, for a scan; with
  * RowExclusiveLock, to change rows, which a read-only transaction may not.
@@ -112,6 +115,28 @@ pgq_block_range_keys(ScanKey keys, int64 group_id, int64 from, int64 to)
 				Int64GetDatum(from));
 	ScanKeyInit(&keys[2], 2, BTLessStrategyNumber, F_INT8LT,
 				Int64GetDatum(to));
+}
+
+/*
+ * Set up pass "pass" (0, then 1) of a claim's walk of a group's blocks from
+ * block id "from", on the primary key.  A B-tree scan reads all of a leaf
+ * page's matching entries when it starts, hundreds of them, to hand out the
+ * first: pass 0 looks at a window just wide enough for a claim of "limit"
+ * blocks and the claims racing it, pass 1 past it, if that was not enough.
+ */
+void
+pgq_block_scan_claim_pass(PgqBlockScan *scan, int64 group_id, int64 from,
+						  int limit, int pass)
+{
+	int64		window = Min((int64) limit * 2 + PGQ_CLAIM_WINDOW,
+							 PG_INT64_MAX - from);
+	ScanKeyData keys[3];
+
+	if (pass == 0)
+		pgq_block_range_keys(keys, group_id, from, from + window);
+	else
+		pgq_block_range_keys(keys, group_id, from + window, PG_INT64_MAX);
+	pgq_block_scan_keys(scan, keys, 3);
 }
 
 /*

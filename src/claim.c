@@ -126,31 +126,14 @@ lock_and_delete(const PgqGroupRef *group, int64 from, int limit,
 				ClaimedBlock *blocks, int *nblocks, MemoryContext resultcxt)
 {
 	PgqBlockScan scan;
-	int64		window;
 	CommandId	cid = GetCurrentCommandId(true);
 	ClaimedBlock *added = blocks + *nblocks;
 	int			found = 0;
 
 	pgq_block_scan_open(&scan, "blocks_pkey", RowExclusiveLock);
-
-	/*
-	 * A B-tree scan reads all of a leaf page's matching entries when it
-	 * starts, hundreds of them, to hand out the first.  Look at a window
-	 * just wide enough for this claim and the claims racing it first, and
-	 * past it only if that was not enough.
-	 */
-	window = Min((int64) limit * 2 + PGQ_CLAIM_WINDOW, PG_INT64_MAX - from);
 	for (int pass = 0; pass < 2 && found < limit; pass++)
 	{
-		ScanKeyData keys[3];
-
-		if (pass == 0)
-			pgq_block_range_keys(keys, group->group_id, from, from + window);
-		else
-			pgq_block_range_keys(keys, group->group_id, from + window,
-								 PG_INT64_MAX);
-		pgq_block_scan_keys(&scan, keys, 3);
-
+		pgq_block_scan_claim_pass(&scan, group->group_id, from, limit, pass);
 		while (found < limit && pgq_block_scan_next(&scan))
 		{
 			TM_FailureData tmfd;

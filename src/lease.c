@@ -172,8 +172,6 @@ claim_pending(const PgqGroup *group, int64 from, int limit,
 	ResultRelInfo *rri;
 	TupleTableSlot *newslot;
 	CommandId	cid = GetCurrentCommandId(true);
-	int64		window = Min((int64) limit * 2 + PGQ_CLAIM_WINDOW,
-							 PG_INT64_MAX - from);
 	int			n = 0;
 	MemoryContext oldcxt;
 
@@ -197,15 +195,8 @@ claim_pending(const PgqGroup *group, int64 from, int limit,
 
 	for (int pass = 0; pass < 2 && n < limit; pass++)
 	{
-		ScanKeyData keys[3];
-
-		if (pass == 0)
-			pgq_block_range_keys(keys, group->ref.group_id, from,
-								 from + window);
-		else
-			pgq_block_range_keys(keys, group->ref.group_id, from + window,
-								 PG_INT64_MAX);
-		pgq_block_scan_keys(&scan, keys, 3);
+		pgq_block_scan_claim_pass(&scan, group->ref.group_id, from, limit,
+								  pass);
 
 		while (n < limit && pgq_block_scan_next(&scan))
 		{

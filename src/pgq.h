@@ -120,12 +120,6 @@ typedef struct ClaimedBlock
 #define Anum_blocks_attempt		5
 #define Anum_blocks_lease_until	6
 
-/*
- * Block ids a claim's first scan looks at beyond twice the blocks it asks
- * for (claim.c, lease.c, advisory.c)
- */
-#define PGQ_CLAIM_WINDOW	16
-
 /* An index scan of pgq.blocks without SQL (blockscan.c). */
 typedef struct PgqBlockScan
 {
@@ -227,6 +221,8 @@ extern bool pgq_block_scan_next(PgqBlockScan *scan);
 extern void pgq_block_scan_close(PgqBlockScan *scan);
 extern void pgq_block_range_keys(ScanKey keys, int64 group_id, int64 from,
 								 int64 to);
+extern void pgq_block_scan_claim_pass(PgqBlockScan *scan, int64 group_id,
+									  int64 from, int limit, int pass);
 extern void pgq_block_key(ScanKey keys, int64 group_id, int64 block_id);
 extern Datum pgq_block_attr(PgqBlockScan *scan, AttrNumber attnum,
 							bool *isnull);
