@@ -106,8 +106,8 @@ pgq_block_scan_close(PgqBlockScan *scan)
  * Keys for the blocks of a group with block ids in [from, to), on the
  * primary key (group_id, block_id).
  */
-void
-pgq_block_range_keys(ScanKey keys, int64 group_id, int64 from, int64 to)
+static void
+range_keys(ScanKey keys, int64 group_id, int64 from, int64 to)
 {
 	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_INT8EQ,
 				Int64GetDatum(group_id));
@@ -133,9 +133,9 @@ pgq_block_scan_claim_pass(PgqBlockScan *scan, int64 group_id, int64 from,
 	ScanKeyData keys[3];
 
 	if (pass == 0)
-		pgq_block_range_keys(keys, group_id, from, from + window);
+		range_keys(keys, group_id, from, from + window);
 	else
-		pgq_block_range_keys(keys, group_id, from + window, PG_INT64_MAX);
+		range_keys(keys, group_id, from + window, PG_INT64_MAX);
 	pgq_block_scan_keys(scan, keys, 3);
 }
 

@@ -219,8 +219,6 @@ extern void pgq_block_scan_open(PgqBlockScan *scan, const char *index_name,
 extern void pgq_block_scan_keys(PgqBlockScan *scan, ScanKey keys, int nkeys);
 extern bool pgq_block_scan_next(PgqBlockScan *scan);
 extern void pgq_block_scan_close(PgqBlockScan *scan);
-extern void pgq_block_range_keys(ScanKey keys, int64 group_id, int64 from,
-								 int64 to);
 extern void pgq_block_scan_claim_pass(PgqBlockScan *scan, int64 group_id,
 									  int64 from, int limit, int pass);
 extern void pgq_block_key(ScanKey keys, int64 group_id, int64 block_id);
