@@ -27,7 +27,6 @@
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
-#include "access/xlog.h"
 #include "catalog/namespace.h"
 #include "executor/tuptable.h"
 #include "miscadmin.h"
