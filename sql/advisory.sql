@@ -182,6 +182,31 @@ GROUP BY objsubid ORDER BY objsubid;
 
 SELECT pgq.drop_group('a'), pgq.drop_group('al'), pgq.drop_group('at');
 
+-- complete => hands the last block in and claims the next in one call: the
+-- completed block's lock goes at commit, the new one's stays (block ids
+-- from a fixed start, for the warning below)
+SELECT setval('pgq.block_id_seq', 2000000) AS block_ids_after;
+SELECT pgq.create_group('ak', 'SELECT g FROM generate_series(1, 3) g', 1,
+                        mode => 'advisory');
+SELECT min(block_id) AS k0 FROM pgq.blocks JOIN pgq.groups USING (group_id)
+WHERE group_name = 'ak' \gset
+SELECT block_id - :k0 AS rel FROM pgq.claim('ak', worker_id => :w3);
+SELECT blocks_held FROM pgq.workers WHERE worker_id = :w3;
+BEGIN;
+SELECT block_id - :k0 AS rel, ids
+FROM pgq.claim('ak', worker_id => :w3, complete => :k0);
+SELECT blocks_held FROM pgq.workers WHERE worker_id = :w3;
+COMMIT;
+SELECT blocks_held FROM pgq.workers WHERE worker_id = :w3;
+SELECT block_id - :k0 AS rel FROM pgq.blocks
+WHERE block_id BETWEEN :k0 AND :k0 + 2 ORDER BY block_id;
+-- a block the worker does not hold: a warning, and the claim goes on
+SELECT block_id - :k0 AS rel
+FROM pgq.claim('ak', worker_id => :w3, complete => :k0);
+-- advisory blocks need the worker for the complete too
+SELECT * FROM pgq.claim('ak', complete => :k0 + 1);
+SELECT pgq.drop_group('ak');
+
 -- a transaction that claimed advisory blocks cannot be prepared: the lock
 -- would stay with this session, and the undo at rollback would be lost
 SELECT pgq.create_group('ap', 'SELECT g FROM generate_series(1, 4) g', 1,

@@ -199,6 +199,43 @@ SELECT pgq.complete(c.block_id, attempt => c.attempt) AS completed,
 FROM pgq.claim('d') c;
 SELECT current_setting('synchronous_commit') AS afterwards;
 
+-- complete => hands the last block in and claims the next in one call, in
+-- one transaction, whose commit stays durable (block ids from a fixed
+-- start, for the warning below)
+SELECT setval('pgq.block_id_seq', 1000000) AS block_ids_after;
+SELECT pgq.create_group('k', 'SELECT g FROM generate_series(1, 4) g', 1,
+                        mode => 'lease');
+SELECT block_id AS k0, attempt AS a0 FROM pgq.claim('k') \gset
+SELECT block_id - :k0 AS rel, attempt, ids,
+       current_setting('synchronous_commit') AS sync
+FROM pgq.claim('k', complete => :k0, attempt => :a0);
+SELECT block_id - :k0 AS rel, state, attempt FROM pgq.blocks
+WHERE block_id BETWEEN :k0 AND :k0 + 3 ORDER BY block_id;
+-- a block the caller does not hold (a wrong attempt): a warning, nothing
+-- changes, and the claim goes on (asynchronously again: nothing was written)
+SELECT block_id - :k0 AS rel, attempt,
+       current_setting('synchronous_commit') AS sync
+FROM pgq.claim('k', complete => :k0 + 1, attempt => 7);
+SELECT block_id - :k0 AS rel, state, attempt FROM pgq.blocks
+WHERE block_id BETWEEN :k0 AND :k0 + 3 ORDER BY block_id;
+-- an attempt without a block, a lease-mode block without its attempt, and a
+-- claim that fails after its complete, which is undone with it
+SELECT * FROM pgq.claim('k', attempt => 1);
+SELECT * FROM pgq.claim('k', complete => :k0 + 1);
+SELECT * FROM pgq.claim('nope', complete => :k0 + 1, attempt => 1);
+SELECT block_id - :k0 AS rel, state, attempt FROM pgq.blocks
+WHERE block_id BETWEEN :k0 AND :k0 + 3 ORDER BY block_id;
+-- the last block: complete => with nothing left to claim
+SELECT block_id - :k0 AS rel FROM pgq.claim('k', complete => :k0 + 1, attempt => 1);
+SELECT block_id - :k0 AS rel, attempt
+FROM pgq.claim('k', complete => :k0 + 2, attempt => 1);
+SELECT pending, claimed, done FROM pgq.group_stats WHERE group_name = 'k';
+
+-- transaction mode has no complete, with claim as without
+BEGIN;
+SELECT * FROM pgq.claim('t', complete => :t0);
+ROLLBACK;
+
 SELECT pgq.drop_group('l'), pgq.drop_group('e'), pgq.drop_group('r'),
-       pgq.drop_group('t'), pgq.drop_group('d');
+       pgq.drop_group('t'), pgq.drop_group('d'), pgq.drop_group('k');
 SELECT count(*) AS blocks FROM pgq.blocks;

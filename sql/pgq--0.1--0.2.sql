@@ -18,7 +18,9 @@ COMMENT ON FUNCTION pgq.has_group_privilege(text, text) IS
 -- are the same, but the executor finds a row type's descriptor in its type
 -- cache, where it built the OUT parameters' descriptor again on every call.
 -- The function is dropped and created again, as a return type cannot be
--- changed in place.
+-- changed in place.  It also takes complete => (and attempt =>): the block
+-- the worker is done with, completed in the same call, so that a worker
+-- needs one round trip per block instead of two.
 CREATE TYPE pgq.claimed AS (
     block_id bigint,
     attempt  integer,
@@ -32,13 +34,15 @@ DROP FUNCTION pgq.claim(text, integer, interval, bigint);
 
 CREATE FUNCTION pgq.claim(group_name text, max_blocks integer DEFAULT 1,
                           wait interval DEFAULT NULL,
-                          worker_id bigint DEFAULT NULL)
+                          worker_id bigint DEFAULT NULL,
+                          complete bigint DEFAULT NULL,
+                          attempt integer DEFAULT NULL)
 RETURNS SETOF pgq.claimed
 AS 'MODULE_PATHNAME', 'pgq_claim'
 LANGUAGE C VOLATILE ROWS 1;
 
-COMMENT ON FUNCTION pgq.claim(text, integer, interval, bigint) IS
-'claim up to max_blocks unclaimed blocks of a group, or items of a queue';
+COMMENT ON FUNCTION pgq.claim(text, integer, interval, bigint, bigint, integer) IS
+'claim up to max_blocks unclaimed blocks of a group, or items of a queue, after completing the block given as complete';
 
 -- pgq.items loses its CHECK constraints on state and priority.  The
 -- executor reads a table's CHECK expressions from their catalog text again

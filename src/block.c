@@ -140,6 +140,26 @@ pgq_complete(PG_FUNCTION_ARGS)
 }
 
 /*
+ * pgq.complete(block_id, attempt => attempt, worker_id => worker_id), for
+ * pgq.claim(..., complete => ...): a worker hands in its last block and
+ * takes the next in one call.  "attempt" and "worker_id" may be NULL.
+ */
+bool
+pgq_complete_held(int64 block_id, NullableDatum attempt, NullableDatum worker_id)
+{
+	LOCAL_FCINFO(cfcinfo, 5);
+
+	InitFunctionCallInfoData(*cfcinfo, NULL, 5, InvalidOid, NULL, NULL);
+	cfcinfo->args[0].value = Int64GetDatum(block_id);
+	cfcinfo->args[0].isnull = false;
+	cfcinfo->args[1].isnull = true; /* result */
+	cfcinfo->args[2] = attempt;
+	cfcinfo->args[3] = worker_id;
+	cfcinfo->args[4].isnull = true; /* result_data */
+	return DatumGetBool(pgq_complete(cfcinfo));
+}
+
+/*
  * pgq.release(block_id, attempt, worker_id) -> boolean
  *
  * Give a held block back to the group at once.  False if the caller does not

@@ -35,11 +35,14 @@
 
 /*
  * A claim made outside a transaction block commits asynchronously: a claim
- * lost in a crash only offers its block again.  The setting it changed, and
- * whether it did so in the current transaction.
+ * lost in a crash only offers its block again.  The setting it changed,
+ * whether it did so in the current transaction, and whether the transaction
+ * wrote something that must be durable (then no later claim in it switches
+ * the setting, as in pgq.claim(..., complete => ...)).
  */
 static char sync_commit_before[32];
 static bool async_claim_xact = false;
+static bool durable_xact = false;
 
 /*
  * Complete, release and fail are durable: if a claim in the same
@@ -48,6 +51,7 @@ static bool async_claim_xact = false;
 void
 pgq_lease_durable(void)
 {
+	durable_xact = true;
 	if (async_claim_xact)
 	{
 		(void) set_config_option("synchronous_commit", sync_commit_before,
@@ -64,7 +68,7 @@ pgq_lease_durable(void)
 void
 pgq_lease_claim_async(void)
 {
-	if (!IsTransactionBlock() && !async_claim_xact)
+	if (!IsTransactionBlock() && !async_claim_xact && !durable_xact)
 	{
 		const char *current = GetConfigOption("synchronous_commit", false, false);
 
@@ -81,6 +85,7 @@ void
 pgq_lease_xact_end(void)
 {
 	async_claim_xact = false;
+	durable_xact = false;
 }
 
 /*

@@ -238,6 +238,10 @@ extern int	pgq_compare_claimed(const void *a, const void *b);
 extern int	pgq_claimed_from_spi(ClaimedBlock *blocks, int attempt_col,
 								 int state_col, MemoryContext cxt);
 
+/* block.c */
+extern bool pgq_complete_held(int64 block_id, NullableDatum attempt,
+							  NullableDatum worker_id);
+
 /* lease.c */
 extern int	pgq_lease_claim(const PgqGroup *group, int max_blocks,
 							ClaimedBlock *blocks, MemoryContext cxt);
