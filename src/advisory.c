@@ -373,26 +373,43 @@ pgq_advisory_check_worker_held(int64 worker_id)
  * Check, with a fresh snapshot, that a block just locked is still claimable:
  * it may have been completed, or failed again, between the scan that found
  * it and the lock, and a retry must have come due.  Fills *block, or
- * returns false.
+ * returns false.  "found", when given, is the scan that found the block,
+ * positioned on it: the row version it saw is read again by its TID, which
+ * is all a claim usually needs; if that version is gone, the block is looked
+ * up through the primary key, where a newer version would be.
  */
 static bool
-verify_locked(const PgqGroup *group, int64 block_id, ClaimedBlock *block,
-			  MemoryContext cxt)
+verify_locked(const PgqGroup *group, int64 block_id, PgqBlockScan *found,
+			  ClaimedBlock *block, MemoryContext cxt)
 {
 	PgqBlockScan scan;
-	ScanKeyData keys[2];
-	bool		ok;
+	PgqBlockScan *row = found;
+	bool		ok = false;
 	bool		isnull;
 
-	pgq_block_scan_open(&scan, "blocks_pkey", AccessShareLock);
-	pgq_block_key(keys, group->ref.group_id, block_id);
-	pgq_block_scan_keys(&scan, keys, 2);
-	ok = pgq_block_scan_next(&scan);
+	if (found != NULL)
+	{
+		ItemPointerData tid = found->slot->tts_tid;
+
+		ok = pgq_block_refetch(found, &tid);
+		Assert(!ok || DatumGetInt64(pgq_block_attr(found, Anum_blocks_block_id,
+												   &isnull)) == block_id);
+	}
+	if (!ok)
+	{
+		ScanKeyData keys[2];
+
+		row = &scan;
+		pgq_block_scan_open(&scan, "blocks_pkey", AccessShareLock);
+		pgq_block_key(keys, group->ref.group_id, block_id);
+		pgq_block_scan_keys(&scan, keys, 2);
+		ok = pgq_block_scan_next(&scan);
+	}
 	if (ok)
 	{
-		char		state = DatumGetChar(pgq_block_attr(&scan, Anum_blocks_state,
+		char		state = DatumGetChar(pgq_block_attr(row, Anum_blocks_state,
 														&isnull));
-		Datum		due = pgq_block_attr(&scan, Anum_blocks_lease_until,
+		Datum		due = pgq_block_attr(row, Anum_blocks_lease_until,
 										 &isnull);
 
 		ok = state == 'p' ||
@@ -405,13 +422,14 @@ verify_locked(const PgqGroup *group, int64 block_id, ClaimedBlock *block,
 
 		memset(block, 0, sizeof(ClaimedBlock));
 		block->block_id = block_id;
-		block->ids = PointerGetDatum(PG_DETOAST_DATUM_COPY(pgq_block_attr(&scan, Anum_blocks_ids, &isnull)));
-		block->attempt = DatumGetInt32(pgq_block_attr(&scan,
+		block->ids = PointerGetDatum(PG_DETOAST_DATUM_COPY(pgq_block_attr(row, Anum_blocks_ids, &isnull)));
+		block->attempt = DatumGetInt32(pgq_block_attr(row,
 													  Anum_blocks_attempt,
 													  &isnull)) + 1;
 		MemoryContextSwitchTo(oldcxt);
 	}
-	pgq_block_scan_close(&scan);
+	if (row == &scan)
+		pgq_block_scan_close(&scan);
 	return ok;
 }
 
@@ -419,11 +437,12 @@ verify_locked(const PgqGroup *group, int64 block_id, ClaimedBlock *block,
  * Lock a block, already counted against the limits, check that it is still
  * claimable, and hold it.  False, with the count given back, if another
  * session holds it or it is no longer claimable.  Should the transaction
- * abort, the claim is undone.
+ * abort, the claim is undone.  "found" is the scan positioned on the block,
+ * if one found it (see verify_locked).
  */
 static bool
-take_block(const PgqGroup *group, int64 block_id, ClaimedBlock *block,
-		   MemoryContext cxt)
+take_block(const PgqGroup *group, int64 block_id, PgqBlockScan *found,
+		   ClaimedBlock *block, MemoryContext cxt)
 {
 	if (!try_lock(block_id, PGQ_LOCK_BLOCK))
 	{
@@ -437,7 +456,7 @@ take_block(const PgqGroup *group, int64 block_id, ClaimedBlock *block,
 	 */
 	remember_held(&group->ref, block_id);
 	pgq_xact_remember_advisory(&group->ref, block_id);
-	if (verify_locked(group, block_id, block, cxt))
+	if (verify_locked(group, block_id, found, block, cxt))
 		return true;
 	forget_held(find_held(block_id), false);
 	return false;
@@ -503,7 +522,7 @@ lock_candidates(const PgqGroup *group, PgqBlockScan *scan, const char *states,
 			break;
 		}
 		*last = block_id;
-		if (take_block(group, block_id, &blocks[n], cxt))
+		if (take_block(group, block_id, scan, &blocks[n], cxt))
 			n++;
 	}
 	return n;
@@ -884,7 +903,7 @@ pgq_relock(PG_FUNCTION_ARGS)
 		}
 		pgq_xact_reserve(1);
 		(void) may_lock_more(0);	/* errors out at a limit */
-		if (take_block(&group, block_id, &block, CurrentMemoryContext))
+		if (take_block(&group, block_id, NULL, &block, CurrentMemoryContext))
 			regained[nregained++] = elems[i];
 	}
 	SPI_finish();

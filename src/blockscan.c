@@ -89,6 +89,24 @@ pgq_block_scan_next(PgqBlockScan *scan)
 	return index_getnext_slot(scan->scan, ForwardScanDirection, scan->slot);
 }
 
+/*
+ * Read the row version at "tid" into scan->slot again, with the snapshot a
+ * new statement would take; false if that version is not visible to it (it
+ * was deleted, or updated: a newer version is elsewhere).  The scan goes on
+ * from where it was.
+ */
+bool
+pgq_block_refetch(PgqBlockScan *scan, ItemPointer tid)
+{
+	Snapshot	snapshot = RegisterSnapshot(GetTransactionSnapshot());
+	bool		found;
+
+	found = table_tuple_fetch_row_version(scan->heap, tid, snapshot,
+										  scan->slot);
+	UnregisterSnapshot(snapshot);
+	return found;
+}
+
 /* End a scan begun with pgq_block_scan_open(); the locks stay. */
 void
 pgq_block_scan_close(PgqBlockScan *scan)

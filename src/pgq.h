@@ -218,6 +218,7 @@ extern void pgq_block_scan_open(PgqBlockScan *scan, const char *index_name,
 								LOCKMODE lockmode);
 extern void pgq_block_scan_keys(PgqBlockScan *scan, ScanKey keys, int nkeys);
 extern bool pgq_block_scan_next(PgqBlockScan *scan);
+extern bool pgq_block_refetch(PgqBlockScan *scan, ItemPointer tid);
 extern void pgq_block_scan_close(PgqBlockScan *scan);
 extern void pgq_block_scan_claim_pass(PgqBlockScan *scan, int64 group_id,
 									  int64 from, int limit, int pass);
