@@ -23,14 +23,17 @@
 #include "postgres.h"
 
 #include "access/genam.h"
+#include "access/relation.h"
 #include "access/stratnum.h"
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_class.h"
 #include "executor/tuptable.h"
 #include "miscadmin.h"
 #include "utils/fmgroids.h"
+#include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
@@ -41,6 +44,93 @@
 #define PGQ_CLAIM_WINDOW	16
 
 /*
+ * The OIDs of pgq.blocks and its indexes, looked up by name once rather than
+ * at every scan (three catalog lookups, a claim and a complete open four
+ * scans).  Any relcache invalidation of one of them, as DROP EXTENSION
+ * sends, forgets them all and counts a generation.
+ */
+typedef struct BlockRel
+{
+	const char *name;
+	bool		is_index;
+	Oid			relid;			/* InvalidOid: look it up */
+} BlockRel;
+
+static BlockRel block_rels[] = {
+	{"blocks", false, InvalidOid},
+	{"blocks_pkey", true, InvalidOid},
+	{"blocks_block_id_idx", true, InvalidOid},
+	{"blocks_due_idx", true, InvalidOid},
+};
+static uint64 block_rels_generation = 0;
+
+/* Relcache callback: one of pgq.blocks' relations changed, or everything. */
+static void
+block_rels_callback(Datum arg, Oid relid)
+{
+	for (int i = 0; i < lengthof(block_rels); i++)
+	{
+		if (relid == InvalidOid || relid == block_rels[i].relid)
+		{
+			for (int j = 0; j < lengthof(block_rels); j++)
+				block_rels[j].relid = InvalidOid;
+			block_rels_generation++;
+			return;
+		}
+	}
+}
+
+/*
+ * Open pgq.blocks or one of its indexes by name.  The invalidations that
+ * came before are taken in first, so that a cached OID is not one of a
+ * relation dropped meanwhile (a drop that commits while this waits for the
+ * lock raises an error, as an open by name would then); if one of those
+ * that came with the lock was about these relations, look the name up again.
+ */
+static Relation
+open_block_rel(const char *name, LOCKMODE lockmode)
+{
+	static bool registered = false;
+	BlockRel   *br = NULL;
+
+	for (int i = 0; i < lengthof(block_rels); i++)
+		if (strcmp(block_rels[i].name, name) == 0)
+			br = &block_rels[i];
+	if (br == NULL)
+		elog(ERROR, "unknown relation of pgq.blocks: \"%s\"", name);
+	if (!registered)
+	{
+		CacheRegisterRelcacheCallback(block_rels_callback, (Datum) 0);
+		registered = true;
+	}
+	for (;;)
+	{
+		uint64		generation;
+		Relation	rel;
+
+		CHECK_FOR_INTERRUPTS();
+		AcceptInvalidationMessages();
+		if (!OidIsValid(br->relid))
+		{
+			br->relid = get_relname_relid(name, get_namespace_oid("pgq", false));
+			if (!OidIsValid(br->relid))
+				ereport(ERROR,
+						(errcode(ERRCODE_UNDEFINED_TABLE),
+						 errmsg("relation \"pgq.%s\" does not exist", name)));
+		}
+		generation = block_rels_generation;
+		rel = relation_open(br->relid, lockmode);
+		if (generation == block_rels_generation)
+		{
+			if ((rel->rd_rel->relkind == RELKIND_INDEX) != br->is_index)
+				elog(ERROR, "\"pgq.%s\" is not what pgq made it", name);
+			return rel;
+		}
+		relation_close(rel, lockmode);
+	}
+}
+
+/*
  * Open pgq.blocks and one of its indexes, by name, for a scan; with
  * RowExclusiveLock, to change rows, which a read-only transaction may not.
  */
@@ -48,14 +138,12 @@ void
 pgq_block_scan_open(PgqBlockScan *scan, const char *index_name,
 					LOCKMODE lockmode)
 {
-	Oid			nsp = get_namespace_oid("pgq", false);
-
 	if (lockmode >= RowExclusiveLock && XactReadOnly)
 		ereport(ERROR,
 				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
 				 errmsg("cannot claim or consume blocks in a read-only transaction")));
-	scan->heap = table_open(get_relname_relid("blocks", nsp), lockmode);
-	scan->index = index_open(get_relname_relid(index_name, nsp), lockmode);
+	scan->heap = open_block_rel("blocks", lockmode);
+	scan->index = open_block_rel(index_name, lockmode);
 	scan->snapshot = RegisterSnapshot(GetTransactionSnapshot());
 	scan->slot = table_slot_create(scan->heap, NULL);
 	scan->scan = NULL;
