@@ -32,6 +32,7 @@
 #include "catalog/pg_class.h"
 #include "executor/tuptable.h"
 #include "miscadmin.h"
+#include "storage/proc.h"
 #include "utils/fmgroids.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
@@ -42,6 +43,27 @@
 
 /* Block ids a claim's first pass looks at beyond twice the blocks it asks for */
 #define PGQ_CLAIM_WINDOW	16
+
+/*
+ * The block pgq_block_group_id() found last, and where: a complete, which
+ * looks the block's group up and then deletes it, reads it there again
+ * instead of walking an index twice.  block_id 0: none.  Only the
+ * transaction that found it uses it: its lock on pgq.blocks keeps vacuum
+ * from truncating the table under the TID.
+ */
+#if PG_VERSION_NUM >= 170000
+#define CURRENT_LXID	(MyProc->vxid.lxid)
+#else
+#define CURRENT_LXID	(MyProc->lxid)
+#endif
+
+static struct
+{
+	int64		block_id;
+	int64		group_id;
+	LocalTransactionId lxid;
+	ItemPointerData tid;
+}			last_found;
 
 /*
  * The OIDs of pgq.blocks and its indexes, looked up by name once rather than
@@ -275,6 +297,8 @@ pgq_block_group_id(int64 block_id, int64 *group_id)
 	ScanKeyData key;
 	bool		found = false;
 
+	last_found.block_id = 0;
+
 	pgq_block_scan_open(&scan, "blocks_block_id_idx", AccessShareLock);
 	ScanKeyInit(&key, 1, HTEqualStrategyNumber, F_INT8EQ,
 				Int64GetDatum(block_id));
@@ -288,10 +312,28 @@ pgq_block_group_id(int64 block_id, int64 *group_id)
 			continue;
 		*group_id = DatumGetInt64(pgq_block_attr(&scan, Anum_blocks_group_id,
 												 &isnull));
+		last_found.block_id = block_id;
+		last_found.group_id = *group_id;
+		last_found.lxid = CURRENT_LXID;
+		last_found.tid = scan.slot->tts_tid;
 		found = true;
 	}
 	pgq_block_scan_close(&scan);
 	return found;
+}
+
+/*
+ * Is the row in scan->slot the given block of the given group?
+ */
+static bool
+is_block(PgqBlockScan *scan, int64 group_id, int64 block_id)
+{
+	bool		isnull;
+
+	return DatumGetInt64(pgq_block_attr(scan, Anum_blocks_block_id,
+										&isnull)) == block_id &&
+		DatumGetInt64(pgq_block_attr(scan, Anum_blocks_group_id,
+									 &isnull)) == group_id;
 }
 
 /*
@@ -304,22 +346,41 @@ pgq_block_group_id(int64 block_id, int64 *group_id)
  * committed meanwhile is looked at again in its new version (an extend
  * keeps it held; a claim that took it over after its lease ran out does
  * not); in REPEATABLE READ and SERIALIZABLE that is a serialization failure.
+ *
+ * If pgq_block_group_id() just found the block (a complete looks its group
+ * up first), the row version it saw is read again by its TID rather than
+ * through the index; a version that is no longer visible, or a TID that
+ * holds another row now, sends the delete to the index.
  */
 bool
 pgq_block_delete(int64 group_id, int64 block_id, const int32 *attempt)
 {
+	bool		by_tid = last_found.block_id == block_id &&
+		last_found.group_id == group_id && last_found.lxid == CURRENT_LXID;
+	ItemPointerData tid = last_found.tid;
+
+	last_found.block_id = 0;
 	for (;;)
 	{
 		PgqBlockScan scan;
-		ScanKeyData keys[2];
 		TM_Result	result = TM_Deleted;
 		TM_FailureData tmfd;
+		bool		found;
 
 		CHECK_FOR_INTERRUPTS();
 		pgq_block_scan_open(&scan, "blocks_pkey", RowExclusiveLock);
-		pgq_block_key(keys, group_id, block_id);
-		pgq_block_scan_keys(&scan, keys, 2);
-		if (pgq_block_scan_next(&scan))
+		found = by_tid && pgq_block_refetch(&scan, &tid) &&
+			is_block(&scan, group_id, block_id);
+		by_tid = false;
+		if (!found)
+		{
+			ScanKeyData keys[2];
+
+			pgq_block_key(keys, group_id, block_id);
+			pgq_block_scan_keys(&scan, keys, 2);
+			found = pgq_block_scan_next(&scan);
+		}
+		if (found)
 		{
 			bool		isnull;
 
