@@ -1,5 +1,9 @@
 -- pgq advisory mode, one statement per block: the claim completes the block
 -- the previous one returned (complete =>), then claims the next.  bench/run
--- starts pgbench with -D block_id=0: the first claim completes nothing.
-SELECT block_id FROM pgq.claim('ag', worker_id => bench.worker(),
+-- starts pgbench with -D block_id=0 (the first claim completes nothing) and
+-- -D w=0 (each client registers its worker in its first transaction).
+\if :w = 0
+SELECT pgq.register_worker('bench') AS w \gset
+\endif
+SELECT block_id FROM pgq.claim('ag', worker_id => :w,
                                complete => nullif(:block_id::bigint, 0)) \gset

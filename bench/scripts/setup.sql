@@ -80,17 +80,3 @@ BEGIN
     END IF;
     RETURN n;
 END $$;
-
--- The advisory-mode worker of this session: registered on first use, and
--- remembered in a session setting.
-CREATE FUNCTION bench.worker() RETURNS bigint
-LANGUAGE plpgsql VOLATILE AS $$
-DECLARE
-    w bigint := nullif(current_setting('bench.worker', true), '')::bigint;
-BEGIN
-    IF w IS NULL THEN
-        w := pgq.register_worker('bench');
-        PERFORM set_config('bench.worker', w::text, false);
-    END IF;
-    RETURN w;
-END $$;
