@@ -231,11 +231,24 @@ SELECT block_id - :k0 AS rel, attempt
 FROM pgq.claim('k', complete => :k0 + 2, attempt => 1);
 SELECT pending, claimed, done FROM pgq.group_stats WHERE group_name = 'k';
 
+-- A claim's lease runs out with no UPDATE of pgq.blocks (a lease of one
+-- microsecond ends before the next statement): the claim that set it told
+-- shared memory, so the next claim looks at the due index and takes the
+-- block again instead of passing over it to the next one.
+SELECT pgq.create_group('m', 'SELECT g FROM generate_series(1, 2) g', 1,
+                        mode => 'lease', lease => '1 microsecond');
+SELECT min(block_id) AS m0 FROM pgq.blocks JOIN pgq.groups USING (group_id)
+WHERE group_name = 'm' \gset
+SELECT block_id - :m0 AS rel, attempt FROM pgq.claim('m');
+SELECT block_id - :m0 AS rel, attempt FROM pgq.claim('m');
+SELECT block_id - :m0 AS rel, attempt FROM pgq.claim('m');
+
 -- transaction mode has no complete, with claim as without
 BEGIN;
 SELECT * FROM pgq.claim('t', complete => :t0);
 ROLLBACK;
 
 SELECT pgq.drop_group('l'), pgq.drop_group('e'), pgq.drop_group('r'),
-       pgq.drop_group('t'), pgq.drop_group('d'), pgq.drop_group('k');
+       pgq.drop_group('t'), pgq.drop_group('d'), pgq.drop_group('k'),
+       pgq.drop_group('m');
 SELECT count(*) AS blocks FROM pgq.blocks;

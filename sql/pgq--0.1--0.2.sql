@@ -51,3 +51,18 @@ COMMENT ON FUNCTION pgq.claim(text, integer, interval, bigint, bigint, integer) 
 -- priority themselves (pgq.enqueue raises 22023 for one out of range).
 ALTER TABLE pgq.items DROP CONSTRAINT items_state_check,
                       DROP CONSTRAINT items_priority_check;
+
+-- Claims of lease and advisory groups skip blocks_due_idx while shared memory
+-- says that nothing is due yet.  The commit of an UPDATE of pgq.blocks (pgq's
+-- own release, fail and extend, or anyone's by hand) may have moved a
+-- deadline: this trigger has every group of the database look again.
+CREATE FUNCTION pgq.blocks_changed()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'pgq_blocks_changed'
+LANGUAGE C;
+
+COMMENT ON FUNCTION pgq.blocks_changed() IS
+'trigger on pgq.blocks: an UPDATE makes claims look at the due index again';
+
+CREATE TRIGGER blocks_changed AFTER UPDATE ON pgq.blocks
+    FOR EACH STATEMENT EXECUTE FUNCTION pgq.blocks_changed();

@@ -569,9 +569,21 @@ lock_due(const PgqGroup *group, int limit, ClaimedBlock *blocks,
 	int64		last;
 	bool		stop = false;
 	int			n;
+	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz earliest;
+	uint64		gen;
+
+	/* usually nothing is due, and shared memory knows it */
+	if (pgq_due_none(&group->ref, now, &gen))
+		return 0;
+	if (!pgq_block_any_due(group->ref.group_id, now, &earliest))
+	{
+		pgq_due_found(&group->ref, gen, now, earliest);
+		return 0;
+	}
 
 	pgq_block_scan_open(&scan, "blocks_due_idx", AccessShareLock);
-	pgq_block_due_keys(keys, group->ref.group_id, GetCurrentTimestamp());
+	pgq_block_due_keys(keys, group->ref.group_id, now);
 	pgq_block_scan_keys(&scan, keys, 2);
 	n = lock_candidates(group, &scan, "cr", limit,
 						Min(limit + PGQ_ADVISORY_BATCH, INT_MAX / 2),

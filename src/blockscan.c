@@ -427,20 +427,30 @@ pgq_block_due_keys(ScanKey keys, int64 group_id, TimestampTz now)
 
 /*
  * Has the group a block whose lease ran out or whose retry came due by
- * "now"?  Lease claims ask before they run the statement that takes such
- * blocks, which usually finds none.
+ * "now"?  *earliest gets the first deadline of the group's due index (a
+ * lease's end or a retry's time; DT_NOEND if there is none): until then no
+ * claim need look again.  Claims ask before they run the statement that
+ * takes due blocks, which usually finds none.
  */
 bool
-pgq_block_any_due(int64 group_id, TimestampTz now)
+pgq_block_any_due(int64 group_id, TimestampTz now, TimestampTz *earliest)
 {
 	PgqBlockScan scan;
-	ScanKeyData keys[2];
-	bool		found;
+	ScanKeyData key;
 
+	*earliest = DT_NOEND;
 	pgq_block_scan_open(&scan, "blocks_due_idx", AccessShareLock);
-	pgq_block_due_keys(keys, group_id, now);
-	pgq_block_scan_keys(&scan, keys, 2);
-	found = pgq_block_scan_next(&scan);
+	ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_INT8EQ,
+				Int64GetDatum(group_id));
+	pgq_block_scan_keys(&scan, &key, 1);
+	if (pgq_block_scan_next(&scan))
+	{
+		bool		isnull;
+
+		*earliest = DatumGetTimestampTz(pgq_block_attr(&scan,
+													   Anum_blocks_lease_until,
+													   &isnull));
+	}
 	pgq_block_scan_close(&scan);
-	return found;
+	return *earliest <= now;
 }

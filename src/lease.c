@@ -101,9 +101,16 @@ claim_due(const PgqGroup *group, int limit, TimestampTz now,
 	static SPIPlanPtr plan = NULL;
 	Datum		values[5];
 	int			n = 0;
+	uint64		gen;
+	TimestampTz earliest;
 
-	if (!pgq_block_any_due(group->ref.group_id, now))
+	if (pgq_due_none(&group->ref, now, &gen))
 		return 0;
+	if (!pgq_block_any_due(group->ref.group_id, now, &earliest))
+	{
+		pgq_due_found(&group->ref, gen, now, earliest);
+		return 0;
+	}
 	if (plan == NULL)
 	{
 		Oid			argtypes[5] = {INT8OID, INT4OID, TIMESTAMPTZOID,
@@ -326,6 +333,9 @@ pgq_lease_claim(const PgqGroup *group, int max_blocks, ClaimedBlock *blocks,
 			n += got;
 		}
 	}
+	/* these leases run out at "until": claims must look again by then */
+	if (n > 0)
+		pgq_due_lower(&group->ref, until);
 	qsort(blocks, n, sizeof(ClaimedBlock), pgq_compare_claimed);
 	return n;
 }

@@ -226,7 +226,8 @@ extern void pgq_block_key(ScanKey keys, int64 group_id, int64 block_id);
 extern Datum pgq_block_attr(PgqBlockScan *scan, AttrNumber attnum,
 							bool *isnull);
 extern void pgq_block_due_keys(ScanKey keys, int64 group_id, TimestampTz now);
-extern bool pgq_block_any_due(int64 group_id, TimestampTz now);
+extern bool pgq_block_any_due(int64 group_id, TimestampTz now,
+							  TimestampTz *earliest);
 extern bool pgq_block_group_id(int64 block_id, int64 *group_id);
 extern bool pgq_block_delete(int64 group_id, int64 block_id,
 							 const int32 *attempt);
@@ -313,6 +314,12 @@ extern void pgq_shmem_init(void);
 extern bool pgq_hint_get(const PgqGroupRef *group, int64 *hint, uint64 *gen);
 extern void pgq_hint_advance(const PgqGroupRef *group, uint64 gen, int64 next);
 extern void pgq_hint_lower(const PgqGroupRef *group, int64 block_id);
+extern bool pgq_due_none(const PgqGroupRef *group, TimestampTz now,
+						 uint64 *gen);
+extern void pgq_due_found(const PgqGroupRef *group, uint64 gen,
+						  TimestampTz now, TimestampTz earliest);
+extern void pgq_due_lower(const PgqGroupRef *group, TimestampTz until);
+extern void pgq_due_forget_all(Oid dbid);
 extern int64 pgq_claimed_add(const PgqGroupRef *group, int64 delta);
 extern bool pgq_claimed_get(const PgqGroupRef *group, int64 *claimed);
 extern void pgq_group_forget(Oid dbid, int64 group_id);

@@ -15,6 +15,13 @@
  *			a claim which read the hint before a lowering never raises it
  *			past the returned block
  *	claimed	blocks claimed by transactions that have not ended yet
+ *	due_from  no lease runs out and no retry comes due before this time, as
+ *			a look at blocks_due_idx found at due_checked; claims of lease and
+ *			advisory groups skip that index until then, for at most
+ *			PGQ_DUE_TRUST.  A lease claim lowers it; the commit of an UPDATE
+ *			of pgq.blocks (release, fail, extend, anyone's by hand) forgets
+ *			it; due_gen keeps a look that raced with either from raising it
+ *			again.
  *
  * The hash table holds at most pgq.max_groups entries.  When it is full, the
  * entry of a group without claims in flight makes room; when every entry has
@@ -57,7 +64,18 @@ typedef struct PgqGroupEntry
 	uint64		gen;
 	int64		claimed;
 	TimestampTz last_full_scan; /* see pgq_full_scan_due() */
+	TimestampTz due_from;
+	TimestampTz due_checked;	/* 0: due_from is not known */
+	uint64		due_gen;
 } PgqGroupEntry;
+
+/*
+ * How long a look at the due index is trusted: the bound on how late a claim
+ * sees a lease that a look racing with its claim missed (the look's snapshot
+ * came before the claim's commit, its generation after the claim lowered
+ * due_from), or a deadline changed by a prepared transaction.
+ */
+#define PGQ_DUE_TRUST	(1000 * 1000)	/* microseconds */
 
 typedef struct PgqSharedState
 {
@@ -213,6 +231,9 @@ entry_lock(const PgqGroupRef *group, bool create)
 		entry->gen = pg_atomic_fetch_add_u64(&pgq_state->gen_seed, 1);
 		entry->claimed = 0;
 		entry->last_full_scan = 0;
+		entry->due_from = 0;
+		entry->due_checked = 0;
+		entry->due_gen = pg_atomic_fetch_add_u64(&pgq_state->gen_seed, 1);
 	}
 
 	/* returned with the lock held exclusively: the caller only releases it */
@@ -276,6 +297,101 @@ pgq_hint_lower(const PgqGroupRef *group, int64 block_id)
 		entry->hint = block_id;
 	entry->gen = pg_atomic_fetch_add_u64(&pgq_state->gen_seed, 1);
 	SpinLockRelease(&entry->mutex);
+	LWLockRelease(pgq_state->lock);
+}
+
+/*
+ * May a claim at "now" skip the group's due index, since its last look found
+ * nothing due before a later time?  If not, *gen gets the generation to hand
+ * to pgq_due_found() after the look.
+ */
+bool
+pgq_due_none(const PgqGroupRef *group, TimestampTz now, uint64 *gen)
+{
+	PgqGroupEntry *entry = entry_lock(group, true);
+	bool		none;
+
+	*gen = 0;
+	if (entry == NULL)
+		return false;
+	SpinLockAcquire(&entry->mutex);
+	none = entry->due_checked != 0 && now < entry->due_from &&
+		now >= entry->due_checked && now - entry->due_checked < PGQ_DUE_TRUST;
+	*gen = entry->due_gen;
+	SpinLockRelease(&entry->mutex);
+	LWLockRelease(pgq_state->lock);
+	return none;
+}
+
+/*
+ * A look at the due index at "now", begun at generation "gen", found no
+ * block due before "earliest" (DT_NOEND: none at all).  Remember it, unless
+ * something made a block due sooner meanwhile.
+ */
+void
+pgq_due_found(const PgqGroupRef *group, uint64 gen, TimestampTz now,
+			  TimestampTz earliest)
+{
+	PgqGroupEntry *entry = entry_lock(group, false);
+
+	if (entry == NULL)
+		return;
+	SpinLockAcquire(&entry->mutex);
+	if (entry->due_gen == gen)
+	{
+		entry->due_from = earliest;
+		entry->due_checked = now;
+	}
+	SpinLockRelease(&entry->mutex);
+	LWLockRelease(pgq_state->lock);
+}
+
+/*
+ * A lease claim gave blocks a deadline of "until": claims must look at the
+ * due index again by then.
+ */
+void
+pgq_due_lower(const PgqGroupRef *group, TimestampTz until)
+{
+	PgqGroupEntry *entry = entry_lock(group, false);
+
+	if (entry == NULL)
+		return;
+	SpinLockAcquire(&entry->mutex);
+	if (entry->due_checked != 0 && until < entry->due_from)
+	{
+		entry->due_from = until;
+		entry->due_gen = pg_atomic_fetch_add_u64(&pgq_state->gen_seed, 1);
+	}
+	SpinLockRelease(&entry->mutex);
+	LWLockRelease(pgq_state->lock);
+}
+
+/*
+ * A transaction that ran an UPDATE of pgq.blocks committed: any deadline of
+ * any group of database "dbid" may have changed, so their next claims look
+ * at the due index.  Safe in transaction callbacks: it allocates nothing and
+ * cannot fail.
+ */
+void
+pgq_due_forget_all(Oid dbid)
+{
+	HASH_SEQ_STATUS status;
+	PgqGroupEntry *entry;
+
+	if (!pgq_shmem_ready())
+		return;
+	LWLockAcquire(pgq_state->lock, LW_SHARED);
+	hash_seq_init(&status, pgq_groups);
+	while ((entry = hash_seq_search(&status)) != NULL)
+	{
+		if (entry->key.dbid != dbid)
+			continue;
+		SpinLockAcquire(&entry->mutex);
+		entry->due_checked = 0;
+		entry->due_gen = pg_atomic_fetch_add_u64(&pgq_state->gen_seed, 1);
+		SpinLockRelease(&entry->mutex);
+	}
 	LWLockRelease(pgq_state->lock);
 }
 

@@ -28,10 +28,13 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "commands/trigger.h"
 #include "miscadmin.h"
 #include "utils/memutils.h"
 
 #include "pgq.h"
+
+PG_FUNCTION_INFO_V1(pgq_blocks_changed);
 
 /*
  * What a record stands for.  Undoing a claim or a drop may leave a claimable
@@ -65,6 +68,7 @@ static int	nclaims = 0;
 static int	maxclaims = 0;
 static int	ncounted = 0;		/* PGQ_REC_CLAIM records */
 static int	ndrops = 0;			/* PGQ_REC_DROP records */
+static bool due_all = false;	/* see pgq_blocks_changed() */
 
 static void pgq_xact_callback(XactEvent event, void *arg);
 static void pgq_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
@@ -187,6 +191,23 @@ pgq_xact_wake_at_commit(const PgqGroupRef *group)
 {
 	pgq_xact_reserve(1);
 	add_record(group, PG_INT64_MAX, PGQ_REC_WAKE);
+}
+
+/*
+ * pgq.blocks_changed(), the statement trigger on UPDATE of pgq.blocks: SQL
+ * (pgq's own statements, or someone's by hand) may have changed any group's
+ * deadlines.  At commit every group of the database forgets what it knew
+ * about them (pgq_due_forget_all()).
+ */
+Datum
+pgq_blocks_changed(PG_FUNCTION_ARGS)
+{
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("pgq.blocks_changed() can only be called as a trigger")));
+	due_all = true;
+	return PointerGetDatum(NULL);
 }
 
 /* Did this transaction (or a live subtransaction) claim block_id in transaction mode? */
@@ -376,6 +397,8 @@ pgq_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
 			settle_claims(0, false);
+			if (due_all)
+				pgq_due_forget_all(MyDatabaseId);
 			pgq_lease_xact_end();
 			break;
 		case XACT_EVENT_ABORT:
@@ -388,6 +411,7 @@ pgq_xact_callback(XactEvent event, void *arg)
 	}
 
 	/* TopTransactionContext is about to go away, and the records with it */
+	due_all = false;
 	claims = NULL;
 	nclaims = 0;
 	maxclaims = 0;

@@ -1,7 +1,9 @@
 # ALTER EXTENSION pgq UPDATE from 0.1 to 0.2 with live groups: a
-# transaction-mode claim held open across the update, a lease-mode claim
+# transaction-mode claim held open when the update starts, a lease-mode claim
 # outstanding, an advisory worker holding a block in a session that stays
-# open, and a queue with pending and done items.  After the update every
+# open, and a queue with pending and done items.  The update waits for the
+# open claim (it adds a trigger to pgq.blocks, which takes a SHARE ROW
+# EXCLUSIVE lock), and finishes when that commits.  After the update every
 # one of them carries on (the held claims complete, the groups drain with
 # every id processed exactly once), 0.2's function exists, and the
 # extension's objects are those of a fresh install of 0.2.
@@ -62,7 +64,17 @@ my $item = $node->safe_psql('postgres', q{
 like($item, qr/^t\n\d+$/, 'a queue item is done before the update');
 $item = (split /\n/, $item)[1];
 
-$node->safe_psql('postgres', 'ALTER EXTENSION pgq UPDATE');
+my $update = new_session($node, 'update');
+$update->send('ALTER EXTENSION pgq UPDATE;');
+my $observer = new_session($node, 'observer');
+ok( PgqTest::wait_until($observer, q{
+		SELECT count(*) FROM pg_locks
+		WHERE relation = 'pgq.blocks'::regclass AND NOT granted;},
+		'1', $update),
+	'the update waits for the open transaction-mode claim');
+$tx->query_ok('COMMIT;');
+is($update->wait, 'done', 'the update ends when the claim commits');
+is($update->{error}, '', 'the update succeeds');
 is($node->safe_psql('postgres',
 		"SELECT extversion FROM pg_extension WHERE extname = 'pgq'"),
 	'0.2', 'updated to 0.2 while claims were held');
@@ -71,7 +83,6 @@ is($node->safe_psql('postgres',
 	't', "0.2's has_group_privilege works");
 
 # the held claims carry on
-$tx->query_ok('COMMIT;');
 is( $node->safe_psql('postgres', qq{
 		INSERT INTO done SELECT unnest(ids) FROM pgq.blocks WHERE block_id = $lease_block;
 		SELECT pgq.complete($lease_block, attempt => $lease_attempt)}),
@@ -140,5 +151,7 @@ is($node->safe_psql('postgres', $objects), $node->safe_psql('fresh', $objects),
 
 $tx->close;
 $adv->close;
+$update->close;
+$observer->close;
 $node->stop;
 done_testing();
