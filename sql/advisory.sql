@@ -203,9 +203,15 @@ WHERE block_id BETWEEN :k0 AND :k0 + 2 ORDER BY block_id;
 -- a block the worker does not hold: a warning, and the claim goes on
 SELECT block_id - :k0 AS rel
 FROM pgq.claim('ak', worker_id => :w3, complete => :k0);
--- advisory blocks need the worker for the complete too
+-- an advisory claim needs its worker, with complete as without
 SELECT * FROM pgq.claim('ak', complete => :k0 + 1);
-SELECT pgq.drop_group('ak');
+-- a lease claim that completed an advisory block commits durably
+SELECT pgq.create_group('akl', 'SELECT 1', 1, mode => 'lease');
+SELECT block_id IS NOT NULL AS claimed,
+       current_setting('synchronous_commit') AS sync
+FROM pgq.claim('akl', worker_id => :w3, complete => :k0 + 1);
+SELECT count(*) AS completed_left FROM pgq.blocks WHERE block_id = :k0 + 1;
+SELECT pgq.drop_group('ak'), pgq.drop_group('akl');
 
 -- a transaction that claimed advisory blocks cannot be prepared: the lock
 -- would stay with this session, and the undo at rollback would be lost

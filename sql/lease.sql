@@ -243,6 +243,18 @@ SELECT block_id - :m0 AS rel, attempt FROM pgq.claim('m');
 SELECT block_id - :m0 AS rel, attempt FROM pgq.claim('m');
 SELECT block_id - :m0 AS rel, attempt FROM pgq.claim('m');
 
+-- a claim sees a release of its own transaction at once, whatever shared
+-- memory learned from other claims about when blocks come due
+SELECT pgq.create_group('o', 'SELECT g FROM generate_series(1, 3) g', 1,
+                        mode => 'lease');
+SELECT min(block_id) AS o0 FROM pgq.blocks JOIN pgq.groups USING (group_id)
+WHERE group_name = 'o' \gset
+SELECT block_id - :o0 AS rel, attempt FROM pgq.claim('o');
+BEGIN;
+SELECT pgq.release(:o0, attempt => 1);
+SELECT block_id - :o0 AS rel, attempt FROM pgq.claim('o');
+COMMIT;
+
 -- transaction mode has no complete, with claim as without
 BEGIN;
 SELECT * FROM pgq.claim('t', complete => :t0);
@@ -250,5 +262,5 @@ ROLLBACK;
 
 SELECT pgq.drop_group('l'), pgq.drop_group('e'), pgq.drop_group('r'),
        pgq.drop_group('t'), pgq.drop_group('d'), pgq.drop_group('k'),
-       pgq.drop_group('m');
+       pgq.drop_group('m'), pgq.drop_group('o');
 SELECT count(*) AS blocks FROM pgq.blocks;

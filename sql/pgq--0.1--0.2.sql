@@ -55,7 +55,9 @@ ALTER TABLE pgq.items DROP CONSTRAINT items_state_check,
 -- Claims of lease and advisory groups skip blocks_due_idx while shared memory
 -- says that nothing is due yet.  The commit of an UPDATE of pgq.blocks (pgq's
 -- own release, fail and extend, or anyone's by hand) may have moved a
--- deadline: this trigger has every group of the database look again.
+-- deadline: this trigger has every group of the database look again.  Only
+-- the trigger runs the function (its owner's privilege was checked when the
+-- trigger was made).
 CREATE FUNCTION pgq.blocks_changed()
 RETURNS trigger
 AS 'MODULE_PATHNAME', 'pgq_blocks_changed'
@@ -63,6 +65,8 @@ LANGUAGE C;
 
 COMMENT ON FUNCTION pgq.blocks_changed() IS
 'trigger on pgq.blocks: an UPDATE makes claims look at the due index again';
+
+REVOKE EXECUTE ON FUNCTION pgq.blocks_changed() FROM PUBLIC;
 
 CREATE TRIGGER blocks_changed AFTER UPDATE ON pgq.blocks
     FOR EACH STATEMENT EXECUTE FUNCTION pgq.blocks_changed();

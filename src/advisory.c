@@ -570,17 +570,9 @@ lock_due(const PgqGroup *group, int limit, ClaimedBlock *blocks,
 	bool		stop = false;
 	int			n;
 	TimestampTz now = GetCurrentTimestamp();
-	TimestampTz earliest;
-	uint64		gen;
 
-	/* usually nothing is due, and shared memory knows it */
-	if (pgq_due_none(&group->ref, now, &gen))
+	if (!pgq_block_due_possible(&group->ref, now))
 		return 0;
-	if (!pgq_block_any_due(group->ref.group_id, now, &earliest))
-	{
-		pgq_due_found(&group->ref, gen, now, earliest);
-		return 0;
-	}
 
 	pgq_block_scan_open(&scan, "blocks_due_idx", AccessShareLock);
 	pgq_block_due_keys(keys, group->ref.group_id, now);

@@ -9,9 +9,10 @@
  * every scan, building quals and projections) took most of an advisory
  * claim's instructions.  The calls here walk pgq's own indexes through the
  * index and table AMs instead.  They are safe to use because pgq owns the
- * table: it has no triggers, rules, policies or foreign keys to honour, and
- * the callers check the caller's privilege on the group before they change
- * anything.
+ * table: it has no rules, policies or foreign keys to honour, and the
+ * callers check the caller's privilege on the group before they change
+ * anything.  Its one trigger, blocks_changed, is for UPDATEs in SQL; the
+ * updates made here (lease claims) tell shared memory themselves, at commit.
  *
  * Each scan takes the snapshot a statement would: a new one in READ
  * COMMITTED, the transaction's in REPEATABLE READ and SERIALIZABLE (claims
@@ -145,7 +146,10 @@ open_block_rel(const char *name, LOCKMODE lockmode)
 		if (generation == block_rels_generation)
 		{
 			if ((rel->rd_rel->relkind == RELKIND_INDEX) != br->is_index)
-				elog(ERROR, "\"pgq.%s\" is not what pgq made it", name);
+				ereport(ERROR,
+						(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+						 errmsg("\"pgq.%s\" is not %s", name,
+								br->is_index ? "an index" : "a table")));
 			return rel;
 		}
 		relation_close(rel, lockmode);
@@ -369,7 +373,9 @@ pgq_block_delete(int64 group_id, int64 block_id, const int32 *attempt)
 
 		CHECK_FOR_INTERRUPTS();
 		pgq_block_scan_open(&scan, "blocks_pkey", RowExclusiveLock);
-		found = by_tid && pgq_block_refetch(&scan, &tid) &&
+		found = by_tid &&
+			table_tuple_fetch_row_version(scan.heap, &tid, scan.snapshot,
+										  scan.slot) &&
 			is_block(&scan, group_id, block_id);
 		by_tid = false;
 		if (!found)
@@ -429,11 +435,10 @@ pgq_block_due_keys(ScanKey keys, int64 group_id, TimestampTz now)
  * Has the group a block whose lease ran out or whose retry came due by
  * "now"?  *earliest gets the first deadline of the group's due index (a
  * lease's end or a retry's time; DT_NOEND if there is none): until then no
- * claim need look again.  Claims ask before they run the statement that
- * takes due blocks, which usually finds none.
+ * claim need look again.
  */
-bool
-pgq_block_any_due(int64 group_id, TimestampTz now, TimestampTz *earliest)
+static bool
+any_due(int64 group_id, TimestampTz now, TimestampTz *earliest)
 {
 	PgqBlockScan scan;
 	ScanKeyData key;
@@ -453,4 +458,27 @@ pgq_block_any_due(int64 group_id, TimestampTz now, TimestampTz *earliest)
 	}
 	pgq_block_scan_close(&scan);
 	return *earliest <= now;
+}
+
+/*
+ * Might a claim at "now" find a block of the group whose lease ran out or
+ * whose retry came due?  Not before the earliest deadline that the last look
+ * at the due index found (see pgq_due_none()); otherwise look, and remember
+ * what the look found.  A transaction that updated pgq.blocks itself (a
+ * release, say) looks every time, and keeps what it sees to itself.
+ */
+bool
+pgq_block_due_possible(const PgqGroupRef *group, TimestampTz now)
+{
+	uint64		gen;
+	TimestampTz earliest;
+
+	if (pgq_xact_updated_blocks())
+		return any_due(group->group_id, now, &earliest);
+	if (pgq_due_none(group, now, &gen))
+		return false;
+	if (any_due(group->group_id, now, &earliest))
+		return true;
+	pgq_due_found(group, gen, now, earliest);
+	return false;
 }

@@ -406,36 +406,31 @@ claim_attempt_apart(PgqGroup *group, int max_blocks, ClaimedBlock *blocks,
  * The complete => argument of pgq.claim (argument 4, with attempt, argument
  * 5): complete that block first, in the claim's transaction, which saves a
  * worker one round trip and one commit per block.  A block the caller no
- * longer holds does not stop the claim: a warning says so.
+ * longer holds does not stop the claim: a warning says so.  Called outside
+ * the claim's pgq_enter() scope, as pgq.complete() checks its caller itself.
  */
 static void
 claim_complete_first(FunctionCallInfo fcinfo)
 {
 	NullableDatum attempt = {(Datum) 0, true};
-	int64		block_id;
+	int64		block_id = PG_GETARG_INT64(4);
 
-	if (PG_NARGS() < 6 || PG_ARGISNULL(4))
-	{
-		if (PG_NARGS() >= 6 && !PG_ARGISNULL(5))
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("attempt is only used with complete"),
-					 errhint("Pass the block to complete as complete => block_id, with the attempt its claim returned.")));
-		return;
-	}
-	block_id = PG_GETARG_INT64(4);
 	if (!PG_ARGISNULL(5))
 	{
 		attempt.value = PG_GETARG_DATUM(5);
 		attempt.isnull = false;
 	}
-	if (!pgq_complete_held(block_id, attempt, fcinfo->args[3]))
-		ereport(WARNING,
-				(errcode(ERRCODE_WARNING),
-				 errmsg("block %lld was not completed: the caller does not hold it",
-						(long long) block_id),
-				 errdetail("It is gone, held by another worker, or its lease ran out."),
-				 errhint("Call pgq.complete() on its own to learn the outcome.")));
+	if (pgq_complete_held(block_id, attempt, fcinfo->args[3]))
+	{
+		/* whatever the block's mode, its completion must not be lost */
+		pgq_lease_durable();
+		return;
+	}
+	ereport(WARNING,
+			(errcode(ERRCODE_WARNING),
+			 errmsg("could not complete block %lld", (long long) block_id),
+			 errdetail("The caller does not hold it: it is gone, another worker holds it, or its lease ran out."),
+			 errhint("The claim went on.  Call pgq.complete() on its own where the worker must act on this.")));
 }
 
 /*
@@ -476,7 +471,11 @@ pgq_claim(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
 				 errmsg("cannot claim blocks during recovery"),
 				 errhint("Claims are made on the primary.")));
-	claim_complete_first(fcinfo);
+	if (PG_NARGS() >= 6 && PG_ARGISNULL(4) && !PG_ARGISNULL(5))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("attempt is only used with complete"),
+				 errhint("Pass the block to complete as complete => block_id, with the attempt its claim returned.")));
 
 	InitMaterializedSRF(fcinfo, 0);
 	resultcxt = rsinfo->econtext->ecxt_per_query_memory;
@@ -496,6 +495,14 @@ pgq_claim(PG_FUNCTION_ARGS)
 							text_to_cstring(name)),
 					 errhint("Register with pgq.register_worker() and pass its id as worker_id.")));
 		pgq_advisory_check_worker_held(PG_GETARG_INT64(3));
+	}
+	if (PG_NARGS() >= 6 && !PG_ARGISNULL(4))
+	{
+		SPI_finish();
+		pgq_leave(&scope);
+		claim_complete_first(fcinfo);
+		pgq_enter(&scope);
+		SPI_connect();
 	}
 	if (group.state == PGQ_GROUP_FAILED)
 	{

@@ -101,16 +101,9 @@ claim_due(const PgqGroup *group, int limit, TimestampTz now,
 	static SPIPlanPtr plan = NULL;
 	Datum		values[5];
 	int			n = 0;
-	uint64		gen;
-	TimestampTz earliest;
 
-	if (pgq_due_none(&group->ref, now, &gen))
+	if (!pgq_block_due_possible(&group->ref, now))
 		return 0;
-	if (!pgq_block_any_due(group->ref.group_id, now, &earliest))
-	{
-		pgq_due_found(&group->ref, gen, now, earliest);
-		return 0;
-	}
 	if (plan == NULL)
 	{
 		Oid			argtypes[5] = {INT8OID, INT4OID, TIMESTAMPTZOID,
@@ -310,12 +303,12 @@ pgq_lease_claim(const PgqGroup *group, int max_blocks, ClaimedBlock *blocks,
 	pgq_xact_reserve(max_blocks);
 
 	n = claim_due(group, max_blocks, now, until, blocks, cxt);
-	pgq_xact_remember_lease(&group->ref, blocks, n);
+	pgq_xact_remember_lease(&group->ref, blocks, n, until);
 	if (n < max_blocks)
 	{
 		(void) pgq_hint_get(&group->ref, &hint, &gen);
 		got = claim_pending(group, hint, max_blocks - n, until, blocks + n, cxt);
-		pgq_xact_remember_lease(&group->ref, blocks + n, got);
+		pgq_xact_remember_lease(&group->ref, blocks + n, got, until);
 		if (got > 0)
 			pgq_hint_advance(&group->ref, gen, blocks[n + got - 1].block_id + 1);
 		n += got;
@@ -327,15 +320,12 @@ pgq_lease_claim(const PgqGroup *group, int max_blocks, ClaimedBlock *blocks,
 		if (n < max_blocks && hint > 0 && pgq_full_scan_due(&group->ref, -1))
 		{
 			got = claim_pending(group, 0, max_blocks - n, until, blocks + n, cxt);
-			pgq_xact_remember_lease(&group->ref, blocks + n, got);
+			pgq_xact_remember_lease(&group->ref, blocks + n, got, until);
 			if (got > 0)
 				pgq_hint_lower(&group->ref, blocks[n].block_id);
 			n += got;
 		}
 	}
-	/* these leases run out at "until": claims must look again by then */
-	if (n > 0)
-		pgq_due_lower(&group->ref, until);
 	qsort(blocks, n, sizeof(ClaimedBlock), pgq_compare_claimed);
 	return n;
 }

@@ -226,8 +226,7 @@ extern void pgq_block_key(ScanKey keys, int64 group_id, int64 block_id);
 extern Datum pgq_block_attr(PgqBlockScan *scan, AttrNumber attnum,
 							bool *isnull);
 extern void pgq_block_due_keys(ScanKey keys, int64 group_id, TimestampTz now);
-extern bool pgq_block_any_due(int64 group_id, TimestampTz now,
-							  TimestampTz *earliest);
+extern bool pgq_block_due_possible(const PgqGroupRef *group, TimestampTz now);
 extern bool pgq_block_group_id(int64 block_id, int64 *group_id);
 extern bool pgq_block_delete(int64 group_id, int64 block_id,
 							 const int32 *attempt);
@@ -337,7 +336,9 @@ extern void pgq_xact_reserve(int n);
 extern void pgq_xact_remember(const PgqGroupRef *group,
 							  const ClaimedBlock *blocks, int n);
 extern void pgq_xact_remember_lease(const PgqGroupRef *group,
-									const ClaimedBlock *blocks, int n);
+									const ClaimedBlock *blocks, int n,
+									TimestampTz until);
+extern bool pgq_xact_updated_blocks(void);
 extern void pgq_xact_remember_drop(const PgqGroupRef *group);
 extern void pgq_xact_unlock_at_commit(const PgqGroupRef *group, int64 block_id);
 extern bool pgq_xact_unlocking(int64 block_id);

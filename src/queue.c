@@ -688,7 +688,7 @@ items_from_spi(const PgqGroup *group, ClaimedBlock *items, MemoryContext cxt)
 	SPI_freetuptable(SPI_tuptable);
 
 	if (group->mode == PGQ_MODE_LEASE)
-		pgq_xact_remember_lease(&group->ref, items, n);
+		pgq_xact_remember_lease(&group->ref, items, n, 0);
 	else
 		pgq_xact_remember(&group->ref, items, n);
 	return n;

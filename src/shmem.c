@@ -18,10 +18,10 @@
  *	due_from  no lease runs out and no retry comes due before this time, as
  *			a look at blocks_due_idx found at due_checked; claims of lease and
  *			advisory groups skip that index until then, for at most
- *			PGQ_DUE_TRUST.  A lease claim lowers it; the commit of an UPDATE
- *			of pgq.blocks (release, fail, extend, anyone's by hand) forgets
- *			it; due_gen keeps a look that raced with either from raising it
- *			again.
+ *			PGQ_DUE_TRUST.  The commit of a lease claim lowers it, the
+ *			commit of an UPDATE of pgq.blocks (release, fail, extend,
+ *			anyone's by hand) forgets it; due_gen keeps a look that raced
+ *			with either from recording what it found.
  *
  * The hash table holds at most pgq.max_groups entries.  When it is full, the
  * entry of a group without claims in flight makes room; when every entry has
@@ -71,9 +71,10 @@ typedef struct PgqGroupEntry
 
 /*
  * How long a look at the due index is trusted: the bound on how late a claim
- * sees a lease that a look racing with its claim missed (the look's snapshot
- * came before the claim's commit, its generation after the claim lowered
- * due_from), or a deadline changed by a prepared transaction.
+ * sees a deadline that no commit announced (one changed by a prepared
+ * transaction, or by an UPDATE with the trigger disabled), or one that a
+ * transaction's own look missed because the transaction then rolled back a
+ * delete of a block.
  */
 #define PGQ_DUE_TRUST	(1000 * 1000)	/* microseconds */
 
@@ -347,8 +348,10 @@ pgq_due_found(const PgqGroupRef *group, uint64 gen, TimestampTz now,
 }
 
 /*
- * A lease claim gave blocks a deadline of "until": claims must look at the
- * due index again by then.
+ * A transaction whose lease claims end at "until" committed: claims must
+ * look at the due index again by then.  A look that began before, and whose
+ * snapshot may not show these leases, must not record what it found.  Safe
+ * in transaction callbacks: it allocates nothing and cannot fail.
  */
 void
 pgq_due_lower(const PgqGroupRef *group, TimestampTz until)
@@ -358,11 +361,9 @@ pgq_due_lower(const PgqGroupRef *group, TimestampTz until)
 	if (entry == NULL)
 		return;
 	SpinLockAcquire(&entry->mutex);
-	if (entry->due_checked != 0 && until < entry->due_from)
-	{
+	if (until < entry->due_from)
 		entry->due_from = until;
-		entry->due_gen = pg_atomic_fetch_add_u64(&pgq_state->gen_seed, 1);
-	}
+	entry->due_gen = pg_atomic_fetch_add_u64(&pgq_state->gen_seed, 1);
 	SpinLockRelease(&entry->mutex);
 	LWLockRelease(pgq_state->lock);
 }

@@ -31,6 +31,7 @@
 #include "commands/trigger.h"
 #include "miscadmin.h"
 #include "utils/memutils.h"
+#include "utils/timestamp.h"
 
 #include "pgq.h"
 
@@ -61,6 +62,7 @@ typedef struct PgqClaimRecord
 	int64		block_id;		/* 0 for PGQ_REC_DROP: every block */
 	int			nest_level;		/* (sub)transaction that made the record */
 	PgqRecordKind kind;
+	TimestampTz until;			/* PGQ_REC_LEASE of a group: the lease's end */
 } PgqClaimRecord;
 
 static PgqClaimRecord *claims = NULL;
@@ -91,6 +93,7 @@ add_record(const PgqGroupRef *group, int64 block_id, PgqRecordKind kind)
 	claims[nclaims].block_id = block_id;
 	claims[nclaims].nest_level = GetCurrentTransactionNestLevel();
 	claims[nclaims].kind = kind;
+	claims[nclaims].until = 0;
 	nclaims++;
 	if (kind == PGQ_REC_CLAIM)
 		ncounted++;
@@ -137,21 +140,33 @@ pgq_xact_remember(const PgqGroupRef *group, const ClaimedBlock *blocks, int n)
 }
 
 /*
- * The current (sub)transaction just took these blocks of a lease-mode group.
+ * The current (sub)transaction just took these blocks of a lease-mode group
+ * (of a query group, with leases that end at "until"; of a queue, 0).
  * Should it roll back, the ones that were pending are pending again.  Until
  * it ends they count as claimed in shared memory, so that others know a
  * claim is in flight (group_stats counts committed leases from the table).
+ * When it commits, claims learn when the leases end (pgq_due_lower()).
  */
 void
 pgq_xact_remember_lease(const PgqGroupRef *group, const ClaimedBlock *blocks,
-						int n)
+						int n, TimestampTz until)
 {
 	if (n == 0)
 		return;
 	pgq_xact_reserve(n);
 	for (int i = 0; i < n; i++)
+	{
 		add_record(group, blocks[i].block_id, PGQ_REC_LEASE);
+		claims[nclaims - 1].until = until;
+	}
 	pgq_claimed_add(group, n);
+}
+
+/* Has this transaction run an UPDATE of pgq.blocks (see pgq_blocks_changed())? */
+bool
+pgq_xact_updated_blocks(void)
+{
+	return due_all;
 }
 
 /*
@@ -202,10 +217,14 @@ pgq_xact_wake_at_commit(const PgqGroupRef *group)
 Datum
 pgq_blocks_changed(PG_FUNCTION_ARGS)
 {
-	if (!CALLED_AS_TRIGGER(fcinfo))
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+
+	if (!CALLED_AS_TRIGGER(fcinfo) ||
+		!TRIGGER_FIRED_AFTER(trigdata->tg_event) ||
+		!TRIGGER_FIRED_FOR_STATEMENT(trigdata->tg_event))
 		ereport(ERROR,
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
-				 errmsg("pgq.blocks_changed() can only be called as a trigger")));
+				 errmsg("pgq.blocks_changed() can only be called as an AFTER ... FOR EACH STATEMENT trigger")));
 	due_all = true;
 	return PointerGetDatum(NULL);
 }
@@ -292,6 +311,7 @@ settle_claims(int first, bool undone)
 	{
 		const PgqGroupRef *group = &claims[i].group;
 		int64		lowest = PG_INT64_MAX;
+		TimestampTz until = DT_NOEND;	/* the first committed lease end */
 		int64		counted = 0;	/* in the shared claimed count */
 		int			claims_here = 0;	/* transaction-mode claims */
 		bool		wake = undone;
@@ -313,6 +333,8 @@ settle_claims(int first, bool undone)
 					break;
 				case PGQ_REC_LEASE:
 					counted++;
+					if (claims[j].until != 0)
+						until = Min(until, claims[j].until);
 					break;
 				case PGQ_REC_UNLOCK:
 					if (!undone)
@@ -331,6 +353,8 @@ settle_claims(int first, bool undone)
 		}
 		if (undone && lowest != PG_INT64_MAX)
 			pgq_hint_lower(group, lowest);
+		if (!undone && until != DT_NOEND)
+			pgq_due_lower(group, until);
 
 		/*
 		 * A commit that leaves no claim in flight may have left the group
@@ -393,12 +417,14 @@ pgq_xact_callback(XactEvent event, void *arg)
 			/* keep the records: PREPARE may still fail, and then abort */
 			return;
 		case XACT_EVENT_PREPARE:
+			pgq_lease_xact_end();
 			break;
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
-			settle_claims(0, false);
+			/* before the waiters wake, so that their claims look again */
 			if (due_all)
 				pgq_due_forget_all(MyDatabaseId);
+			settle_claims(0, false);
 			pgq_lease_xact_end();
 			break;
 		case XACT_EVENT_ABORT:
