@@ -91,11 +91,11 @@ static uint64 block_rels_generation = 0;
 static void
 block_rels_callback(Datum arg, Oid relid)
 {
-	for (int i = 0; i < lengthof(block_rels); i++)
+	for (size_t i = 0; i < lengthof(block_rels); i++)
 	{
 		if (relid == InvalidOid || relid == block_rels[i].relid)
 		{
-			for (int j = 0; j < lengthof(block_rels); j++)
+			for (size_t j = 0; j < lengthof(block_rels); j++)
 				block_rels[j].relid = InvalidOid;
 			block_rels_generation++;
 			return;
@@ -116,7 +116,7 @@ open_block_rel(const char *name, LOCKMODE lockmode)
 	static bool registered = false;
 	BlockRel   *br = NULL;
 
-	for (int i = 0; i < lengthof(block_rels); i++)
+	for (size_t i = 0; i < lengthof(block_rels); i++)
 		if (strcmp(block_rels[i].name, name) == 0)
 			br = &block_rels[i];
 	if (br == NULL)
