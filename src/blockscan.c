@@ -441,13 +441,13 @@ static bool
 any_due(int64 group_id, TimestampTz now, TimestampTz *earliest)
 {
 	PgqBlockScan scan;
-	ScanKeyData key;
+	ScanKeyData keys[2];
 
 	*earliest = DT_NOEND;
 	pgq_block_scan_open(&scan, "blocks_due_idx", AccessShareLock);
-	ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_INT8EQ,
-				Int64GetDatum(group_id));
-	pgq_block_scan_keys(&scan, &key, 1);
+	/* every deadline of the group, the first one first */
+	pgq_block_due_keys(keys, group_id, DT_NOEND);
+	pgq_block_scan_keys(&scan, keys, 2);
 	if (pgq_block_scan_next(&scan))
 	{
 		bool		isnull;

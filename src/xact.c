@@ -70,7 +70,7 @@ static int	nclaims = 0;
 static int	maxclaims = 0;
 static int	ncounted = 0;		/* PGQ_REC_CLAIM records */
 static int	ndrops = 0;			/* PGQ_REC_DROP records */
-static bool due_all = false;	/* see pgq_blocks_changed() */
+static bool updated_blocks = false;	/* see pgq_blocks_changed() */
 
 static void pgq_xact_callback(XactEvent event, void *arg);
 static void pgq_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
@@ -166,7 +166,7 @@ pgq_xact_remember_lease(const PgqGroupRef *group, const ClaimedBlock *blocks,
 bool
 pgq_xact_updated_blocks(void)
 {
-	return due_all;
+	return updated_blocks;
 }
 
 /*
@@ -225,7 +225,7 @@ pgq_blocks_changed(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("pgq.blocks_changed() can only be called as an AFTER ... FOR EACH STATEMENT trigger")));
-	due_all = true;
+	updated_blocks = true;
 	return PointerGetDatum(NULL);
 }
 
@@ -422,7 +422,7 @@ pgq_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
 			/* before the waiters wake, so that their claims look again */
-			if (due_all)
+			if (updated_blocks)
 				pgq_due_forget_all(MyDatabaseId);
 			settle_claims(0, false);
 			pgq_lease_xact_end();
@@ -437,7 +437,7 @@ pgq_xact_callback(XactEvent event, void *arg)
 	}
 
 	/* TopTransactionContext is about to go away, and the records with it */
-	due_all = false;
+	updated_blocks = false;
 	claims = NULL;
 	nclaims = 0;
 	maxclaims = 0;
