@@ -1,7 +1,7 @@
 # pgq: PGXS build
 EXTENSION = pgq
 MODULE_big = pgq
-OBJS = src/pgq.o src/shmem.o src/xact.o src/group.o src/claim.o src/lease.o src/advisory.o src/block.o src/wait.o src/worker.o src/materialize.o src/queue.o src/privilege.o src/admin.o src/blockscan.o
+OBJS = src/pgq.o src/shmem.o src/xact.o src/group.o src/claim.o src/lease.o src/advisory.o src/block.o src/wait.o src/worker.o src/materialize.o src/queue.o src/privilege.o src/admin.o src/blockscan.o src/iteminsert.o
 DATA = sql/pgq--0.1.sql sql/pgq--0.1--0.2.sql
 PGFILEDESC = "pgq - work distribution for PostgreSQL"
 
@@ -18,7 +18,7 @@ REGRESS_OPTS = --temp-instance=tmp_check_regress \
 	--temp-config=$(srcdir)/test/pgq.conf --load-extension=pgq
 
 # isolation specs live under test/isolation
-ISOLATION = create_race claim_race claim_drop drop_abort advisory_race advisory_complete lease_expiry wait_wakeup queue_keys queue_claims queue_lease queue_drop reinstall_cache
+ISOLATION = create_race claim_race claim_drop drop_abort advisory_race advisory_complete lease_expiry wait_wakeup queue_keys queue_claims queue_lease queue_drop reinstall_cache index_cache
 ISOLATION_OPTS = --temp-instance=tmp_check_iso \
 	--temp-config=$(srcdir)/test/pgq.conf --load-extension=pgq \
 	--inputdir=$(srcdir)/test/isolation \

@@ -36,5 +36,21 @@ SELECT pgq.complete(:lb, attempt => :la) AS lease_done;
 SELECT group_name, pending, claimed, done FROM pgq.group_stats
 WHERE group_name IN ('dt', 'dl2') ORDER BY group_name;
 
+-- enqueues insert without SQL (iteminsert.c): not in a read-only transaction
+-- either, and nothing is left of the attempt
+SELECT pgq.create_queue('dq');
+BEGIN READ ONLY;
+SELECT pgq.enqueue('dq', '{"n": 1}');
+ROLLBACK;
+BEGIN READ ONLY;
+SELECT pgq.enqueue_many('dq', ARRAY['{"n": 1}']::jsonb[]);
+ROLLBACK;
+SELECT clock_timestamp() AS before_enqueue \gset
+SELECT pgq.enqueue('dq', '{"n": 2}', key => 'a', priority => 3) > 0 AS enqueued;
+SELECT i.payload, i.key, i.state, i.attempt, i.priority, i.due_at,
+       i.enqueued_at BETWEEN :'before_enqueue' AND clock_timestamp() AS enqueued_then
+FROM pgq.items i JOIN pgq.groups g USING (group_id) WHERE g.group_name = 'dq';
+SELECT pgq.drop_group('dq');
+
 SELECT pgq.drop_group('dl'), pgq.drop_group('da'), pgq.drop_group('dt'),
        pgq.drop_group('dl2');

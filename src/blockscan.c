@@ -29,9 +29,13 @@
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
+#include "catalog/index.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_am.h"
 #include "catalog/pg_class.h"
+#include "executor/executor.h"
 #include "executor/tuptable.h"
+#include "optimizer/optimizer.h"
 #include "miscadmin.h"
 #include "storage/proc.h"
 #include "utils/fmgroids.h"
@@ -67,92 +71,279 @@ static struct
 }			last_found;
 
 /*
- * The OIDs of pgq.blocks and its indexes, looked up by name once rather than
- * at every scan (three catalog lookups, a claim and a complete open four
- * scans).  Any relcache invalidation of one of them, as DROP EXTENSION
- * sends, forgets them all and counts a generation.
+ * The OIDs of the relations that the hot paths open, looked up by name once
+ * rather than at every call (three catalog lookups each; a claim and a
+ * complete open four scans of pgq.blocks).  Any relcache invalidation of one
+ * of them, as DROP EXTENSION sends, forgets them all and counts a
+ * generation.
  */
-typedef struct BlockRel
+typedef struct OwnRel
 {
 	const char *name;
-	bool		is_index;
+	char		relkind;
 	Oid			relid;			/* InvalidOid: look it up */
-} BlockRel;
+} OwnRel;
 
-static BlockRel block_rels[] = {
-	{"blocks", false, InvalidOid},
-	{"blocks_pkey", true, InvalidOid},
-	{"blocks_block_id_idx", true, InvalidOid},
-	{"blocks_due_idx", true, InvalidOid},
+static OwnRel own_rels[] = {
+	{"blocks", RELKIND_RELATION, InvalidOid},
+	{"blocks_pkey", RELKIND_INDEX, InvalidOid},
+	{"blocks_block_id_idx", RELKIND_INDEX, InvalidOid},
+	{"blocks_due_idx", RELKIND_INDEX, InvalidOid},
+	{"items", RELKIND_RELATION, InvalidOid},
+	{"items_key_idx", RELKIND_INDEX, InvalidOid},
+	{"block_id_seq", RELKIND_SEQUENCE, InvalidOid},
 };
-static uint64 block_rels_generation = 0;
+static uint64 own_rels_generation = 0;
 
-/* Relcache callback: one of pgq.blocks' relations changed, or everything. */
-static void
-block_rels_callback(Datum arg, Oid relid)
+/*
+ * The IndexInfos of a table's indexes, as ExecOpenIndices() builds them for
+ * every statement, but built once and kept (see pgq_open_indexes()).
+ */
+typedef struct OwnIndexes
 {
-	for (size_t i = 0; i < lengthof(block_rels); i++)
+	const char *table;
+	bool		valid;
+	MemoryContext cxt;			/* of what follows; NULL: none yet */
+	int			n;
+	Oid		   *indexids;
+	IndexInfo **infos;
+} OwnIndexes;
+
+static OwnIndexes own_indexes[] = {
+	{"blocks"},
+	{"items"},
+};
+
+/* Relcache callback: one of pgq's relations changed, or everything. */
+static void
+own_rels_callback(Datum arg, Oid relid)
+{
+	for (size_t i = 0; i < lengthof(own_rels); i++)
 	{
-		if (relid == InvalidOid || relid == block_rels[i].relid)
+		if (relid == InvalidOid || relid == own_rels[i].relid)
 		{
-			for (size_t j = 0; j < lengthof(block_rels); j++)
-				block_rels[j].relid = InvalidOid;
-			block_rels_generation++;
+			for (size_t j = 0; j < lengthof(own_rels); j++)
+				own_rels[j].relid = InvalidOid;
+			for (size_t j = 0; j < lengthof(own_indexes); j++)
+				own_indexes[j].valid = false;
+			own_rels_generation++;
 			return;
+		}
+	}
+	for (size_t i = 0; i < lengthof(own_indexes); i++)
+	{
+		for (int j = 0; own_indexes[i].valid && j < own_indexes[i].n; j++)
+		{
+			if (relid == own_indexes[i].indexids[j])
+			{
+				own_indexes[i].valid = false;
+				own_rels_generation++;
+				return;
+			}
 		}
 	}
 }
 
+/* The entry of own_rels of this name, its OID looked up if need be. */
+static OwnRel *
+own_rel(const char *name)
+{
+	static bool registered = false;
+	OwnRel	   *own = NULL;
+
+	for (size_t i = 0; i < lengthof(own_rels); i++)
+		if (strcmp(own_rels[i].name, name) == 0)
+			own = &own_rels[i];
+	if (own == NULL)
+		elog(ERROR, "unknown relation of pgq: \"%s\"", name);
+	if (!registered)
+	{
+		CacheRegisterRelcacheCallback(own_rels_callback, (Datum) 0);
+		registered = true;
+	}
+	if (!OidIsValid(own->relid))
+	{
+		own->relid = get_relname_relid(name, get_namespace_oid("pgq", false));
+		if (!OidIsValid(own->relid))
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_TABLE),
+					 errmsg("relation \"pgq.%s\" does not exist", name)));
+	}
+	return own;
+}
+
 /*
- * Open pgq.blocks or one of its indexes by name.  The invalidations that
+ * Open one of pgq's relations (own_rels) by name.  The invalidations that
  * came before are taken in first, so that a cached OID is not one of a
  * relation dropped meanwhile (a drop that commits while this waits for the
  * lock raises an error, as an open by name would then); if one of those
  * that came with the lock was about these relations, look the name up again.
  */
-static Relation
-open_block_rel(const char *name, LOCKMODE lockmode)
+Relation
+pgq_open_rel(const char *name, LOCKMODE lockmode)
 {
-	static bool registered = false;
-	BlockRel   *br = NULL;
-
-	for (size_t i = 0; i < lengthof(block_rels); i++)
-		if (strcmp(block_rels[i].name, name) == 0)
-			br = &block_rels[i];
-	if (br == NULL)
-		elog(ERROR, "unknown relation of pgq.blocks: \"%s\"", name);
-	if (!registered)
-	{
-		CacheRegisterRelcacheCallback(block_rels_callback, (Datum) 0);
-		registered = true;
-	}
 	for (;;)
 	{
+		OwnRel	   *own;
 		uint64		generation;
 		Relation	rel;
 
 		CHECK_FOR_INTERRUPTS();
 		AcceptInvalidationMessages();
-		if (!OidIsValid(br->relid))
+		own = own_rel(name);
+		generation = own_rels_generation;
+		rel = relation_open(own->relid, lockmode);
+		if (generation == own_rels_generation)
 		{
-			br->relid = get_relname_relid(name, get_namespace_oid("pgq", false));
-			if (!OidIsValid(br->relid))
-				ereport(ERROR,
-						(errcode(ERRCODE_UNDEFINED_TABLE),
-						 errmsg("relation \"pgq.%s\" does not exist", name)));
-		}
-		generation = block_rels_generation;
-		rel = relation_open(br->relid, lockmode);
-		if (generation == block_rels_generation)
-		{
-			if ((rel->rd_rel->relkind == RELKIND_INDEX) != br->is_index)
+			if (rel->rd_rel->relkind != own->relkind)
 				ereport(ERROR,
 						(errcode(ERRCODE_WRONG_OBJECT_TYPE),
 						 errmsg("\"pgq.%s\" is not %s", name,
-								br->is_index ? "an index" : "a table")));
+								own->relkind == RELKIND_INDEX ? "an index" :
+								own->relkind == RELKIND_SEQUENCE ? "a sequence" :
+								"a table")));
 			return rel;
 		}
 		relation_close(rel, lockmode);
+	}
+}
+
+/*
+ * The OID of one of pgq's relations, for a caller that opens it itself
+ * (nextval, the executor's index code), with the same care about drops.
+ */
+Oid
+pgq_rel_oid(const char *name)
+{
+	AcceptInvalidationMessages();
+	return own_rel(name)->relid;
+}
+
+/*
+ * Build the IndexInfos of the indexes of rel, one of pgq's tables, as
+ * ExecOpenIndices(.., true) would, with their expressions and predicates
+ * compiled, in a new memory context.  The old context may still be in use
+ * by the running transaction, and goes when it ends.  Returns false, and
+ * keeps nothing, if an index is of an access method other than btree and
+ * hash: one that keeps state in the IndexInfo between inserts (BRIN, GIN)
+ * must have it built for each statement.
+ */
+static bool
+build_own_indexes(OwnIndexes *own, Relation rel)
+{
+	List	   *indexids = RelationGetIndexList(rel);
+	uint64		generation = own_rels_generation;
+	MemoryContext cxt;
+	MemoryContext oldcxt;
+	int			i = 0;
+	ListCell   *lc;
+
+	if (own->cxt != NULL)
+	{
+		MemoryContextSetParent(own->cxt, TopTransactionContext);
+		own->cxt = NULL;
+	}
+	own->valid = false;
+	cxt = AllocSetContextCreate(CacheMemoryContext, "pgq index infos",
+								ALLOCSET_SMALL_SIZES);
+	oldcxt = MemoryContextSwitchTo(cxt);
+	own->n = list_length(indexids);
+	own->indexids = palloc(own->n * sizeof(Oid));
+	own->infos = palloc(own->n * sizeof(IndexInfo *));
+	foreach(lc, indexids)
+	{
+		Relation	index = index_open(lfirst_oid(lc), AccessShareLock);
+		IndexInfo  *info;
+
+		if (index->rd_rel->relam != BTREE_AM_OID &&
+			index->rd_rel->relam != HASH_AM_OID)
+		{
+			index_close(index, AccessShareLock);
+			MemoryContextSwitchTo(oldcxt);
+			MemoryContextDelete(cxt);
+			return false;
+		}
+		info = BuildIndexInfo(index);
+		if (index->rd_index->indisunique)
+			BuildSpeculativeIndexInfo(index, info);
+		info->ii_ExpressionsState = NIL;
+		for (ListCell *e = list_head(info->ii_Expressions); e != NULL;
+			 e = lnext(info->ii_Expressions, e))
+			info->ii_ExpressionsState =
+				lappend(info->ii_ExpressionsState,
+						ExecInitExpr(expression_planner(lfirst(e)), NULL));
+		if (info->ii_Predicate != NIL)
+			info->ii_PredicateState =
+				ExecInitQual((List *) expression_planner((Expr *) info->ii_Predicate),
+							 NULL);
+		own->indexids[i] = lfirst_oid(lc);
+		own->infos[i] = info;
+		i++;
+		index_close(index, AccessShareLock);
+	}
+	MemoryContextSwitchTo(oldcxt);
+	list_free(indexids);
+	own->cxt = cxt;
+	/* an invalidation taken in while the indexes were opened: build again */
+	own->valid = generation == own_rels_generation;
+	return true;
+}
+
+/*
+ * Open the indexes of rel, pgq.blocks or pgq.items (opened with
+ * pgq_open_rel()), into rri for inserts of new row versions, as
+ * ExecOpenIndices(rri, true) does; close them with ExecCloseIndices().
+ * ExecOpenIndices() builds every index's IndexInfo and compiles its
+ * predicate for each statement, which was a tenth of an enqueue; here they
+ * are built once per backend and kept until a relcache invalidation of one
+ * of pgq's relations (an index created or dropped).  If one arrives while
+ * the indexes are being opened, open them again.
+ */
+void
+pgq_open_indexes(ResultRelInfo *rri, Relation rel)
+{
+	OwnIndexes *own = NULL;
+
+	for (size_t i = 0; i < lengthof(own_indexes); i++)
+		if (strcmp(own_indexes[i].table, RelationGetRelationName(rel)) == 0)
+			own = &own_indexes[i];
+	Assert(own != NULL && rri->ri_RelationDesc == rel);
+
+	for (;;)
+	{
+		uint64		generation;
+
+		CHECK_FOR_INTERRUPTS();
+		if (!own->valid)
+		{
+			if (!build_own_indexes(own, rel))
+			{
+				ExecOpenIndices(rri, true);
+				return;
+			}
+			continue;
+		}
+		generation = own_rels_generation;
+		rri->ri_NumIndices = own->n;
+		rri->ri_IndexRelationDescs = palloc(own->n * sizeof(Relation));
+		rri->ri_IndexRelationInfo = own->infos;
+		for (int i = 0; i < own->n; i++)
+		{
+			Relation	index = index_open(own->indexids[i], RowExclusiveLock);
+
+			rri->ri_IndexRelationDescs[i] = index;
+
+			/*
+			 * Whether CREATE INDEX CONCURRENTLY made the index ready for
+			 * inserts yet is read at every open, from the relcache entry
+			 * that the lock just brought up to date, not from the cache.
+			 */
+			own->infos[i]->ii_ReadyForInserts = index->rd_index->indisready;
+		}
+		if (generation == own_rels_generation)
+			return;
+		ExecCloseIndices(rri);
+		pfree(rri->ri_IndexRelationDescs);
 	}
 }
 
@@ -168,8 +359,8 @@ pgq_block_scan_open(PgqBlockScan *scan, const char *index_name,
 		ereport(ERROR,
 				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
 				 errmsg("cannot claim or consume blocks in a read-only transaction")));
-	scan->heap = open_block_rel("blocks", lockmode);
-	scan->index = open_block_rel(index_name, lockmode);
+	scan->heap = pgq_open_rel("blocks", lockmode);
+	scan->index = pgq_open_rel(index_name, lockmode);
 	scan->snapshot = RegisterSnapshot(GetTransactionSnapshot());
 	scan->slot = table_slot_create(scan->heap, NULL);
 	scan->scan = NULL;

@@ -194,7 +194,7 @@ claim_pending(const PgqGroup *group, int64 from, int limit,
 	oldcxt = MemoryContextSwitchTo(estate->es_query_cxt);
 	rri = makeNode(ResultRelInfo);
 	InitResultRelInfo(rri, scan.heap, 0, NULL, 0);
-	ExecOpenIndices(rri, false);
+	pgq_open_indexes(rri, scan.heap);
 	MemoryContextSwitchTo(oldcxt);
 	newslot = table_slot_create(scan.heap, NULL);
 

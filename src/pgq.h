@@ -120,6 +120,23 @@ typedef struct ClaimedBlock
 #define Anum_blocks_attempt		5
 #define Anum_blocks_lease_until	6
 
+/* A row for pgq.items (iteminsert.c). */
+typedef struct PgqNewItem
+{
+	int64		group_id;
+	text	   *key;			/* NULL: none */
+	int32		priority;
+	char		state;			/* 'p' pending, or 'r' until due_at */
+	bool		has_due_at;
+	TimestampTz due_at;
+	Datum		payload;		/* jsonb */
+	bool		no_payload;
+	Datum		data;			/* bytea */
+	bool		no_data;
+} PgqNewItem;
+
+typedef struct PgqItemInserter PgqItemInserter;
+
 /* An index scan of pgq.blocks without SQL (blockscan.c). */
 typedef struct PgqBlockScan
 {
@@ -214,6 +231,9 @@ extern bool pgq_lookup_block(int64 block_id, PgqGroup *group);
 extern bool pgq_lookup_item(int64 item_id, PgqGroup *group);
 
 /* blockscan.c */
+extern Relation pgq_open_rel(const char *name, LOCKMODE lockmode);
+extern Oid	pgq_rel_oid(const char *name);
+extern void pgq_open_indexes(ResultRelInfo *rri, Relation rel);
 extern void pgq_block_scan_open(PgqBlockScan *scan, const char *index_name,
 								LOCKMODE lockmode);
 extern void pgq_block_scan_keys(PgqBlockScan *scan, ScanKey keys, int nkeys);
@@ -230,6 +250,11 @@ extern bool pgq_block_due_possible(const PgqGroupRef *group, TimestampTz now);
 extern bool pgq_block_group_id(int64 block_id, int64 *group_id);
 extern bool pgq_block_delete(int64 group_id, int64 block_id,
 							 const int32 *attempt);
+
+/* iteminsert.c */
+extern PgqItemInserter *pgq_item_inserter_begin(void);
+extern int64 pgq_item_insert(PgqItemInserter *ins, const PgqNewItem *item);
+extern void pgq_item_inserter_end(PgqItemInserter *ins);
 
 /* claim.c */
 extern void pgq_check_claim_context(PgqMode mode);

@@ -260,62 +260,6 @@ due_now(bool has_run_at, TimestampTz run_at)
 	return !has_run_at || run_at <= GetCurrentTransactionStartTimestamp();
 }
 
-/*
- * Insert one item unless the queue holds its key; returns its id, or 0 if
- * the key is taken (waiting first for the inserter of the key, if that has
- * not committed yet).
- */
-static int64
-insert_item(const PgqGroup *group, Datum payload, bool no_payload,
-			text *key, int32 priority, Datum run_at, bool no_run_at,
-			Datum data, bool no_data)
-{
-	static SPIPlanPtr plan = NULL;
-	Datum		values[7];
-	char		nulls[7] = "       ";
-	bool		pending = due_now(!no_run_at, DatumGetTimestampTz(run_at));
-	bool		isnull;
-	int			rc;
-
-	if (plan == NULL)
-	{
-		Oid			argtypes[7] = {INT8OID, TEXTOID, INT4OID, CHAROID,
-		TIMESTAMPTZOID, JSONBOID, BYTEAOID};
-
-		plan = pgq_keep_plan("INSERT INTO pgq.items "
-							 "(group_id, item_id, key, priority, state, due_at, "
-							 "payload, data) "
-							 "VALUES ($1, pg_catalog.nextval('pgq.block_id_seq'), "
-							 "$2, $3, $4, $5, $6, $7) "
-							 "ON CONFLICT (group_id, key) WHERE key IS NOT NULL "
-							 "DO NOTHING RETURNING item_id",
-							 7, argtypes);
-	}
-	values[0] = Int64GetDatum(group->ref.group_id);
-	values[1] = PointerGetDatum(key);
-	nulls[1] = key == NULL ? 'n' : ' ';
-	values[2] = Int32GetDatum(priority);
-	values[3] = CharGetDatum(pending ? 'p' : 'r');
-	values[4] = run_at;
-	nulls[4] = pending ? 'n' : ' ';
-	values[5] = payload;
-	nulls[5] = no_payload ? 'n' : ' ';
-	values[6] = data;
-	nulls[6] = no_data ? 'n' : ' ';
-	rc = SPI_execute_plan(plan, values, nulls, false, 0);
-	if (rc != SPI_OK_INSERT_RETURNING)
-		elog(ERROR, "could not insert an item: %s", SPI_result_code_string(rc));
-	if (SPI_processed == 0)
-		return 0;
-	if (pending)
-	{
-		pgq_xact_wake_at_commit(&group->ref);
-		pgq_notify_group(group->name);
-	}
-	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-									   SPI_tuptable->tupdesc, 1, &isnull));
-}
-
 /* The id of the queue's item with this key, or 0 if there is none. */
 static int64
 item_with_key(const PgqGroup *group, text *key)
@@ -347,25 +291,49 @@ item_with_key(const PgqGroup *group, text *key)
 /*
  * Enqueue one item, or find the item of its key: the insert that loses a
  * race for a key waits for the winner, then finds its item.  Should that be
- * removed in between, insert again.
+ * removed in between, insert again.  *added tells which it was.
  */
 static int64
-enqueue_one(const PgqGroup *group, Datum payload, bool no_payload,
-			text *key, int32 priority, Datum run_at, bool no_run_at,
-			Datum data, bool no_data)
+enqueue_one(PgqItemInserter *ins, const PgqGroup *group,
+			const PgqNewItem *item, bool *added)
 {
 	for (;;)
 	{
 		int64		id;
 
 		CHECK_FOR_INTERRUPTS();
-		id = insert_item(group, payload, no_payload, key, priority, run_at,
-						 no_run_at, data, no_data);
+		id = pgq_item_insert(ins, item);
+		*added = id != 0;
 		if (id == 0)
-			id = item_with_key(group, key);
+			id = item_with_key(group, item->key);
 		if (id != 0)
 			return id;
 	}
+}
+
+/*
+ * The row of an item to enqueue into the queue, but for its payload, data
+ * and key: pending, or waiting in state 'r' until run_at if that is later
+ * than the transaction's start.
+ */
+static void
+new_item(PgqNewItem *item, const PgqGroup *group, int32 priority,
+		 bool has_run_at, TimestampTz run_at)
+{
+	memset(item, 0, sizeof(PgqNewItem));
+	item->group_id = group->ref.group_id;
+	item->priority = priority;
+	item->has_due_at = !due_now(has_run_at, run_at);
+	item->state = item->has_due_at ? 'r' : 'p';
+	item->due_at = item->has_due_at ? run_at : 0;
+}
+
+/* At commit, wake the queue's waiting claims, and NOTIFY if that is on. */
+static void
+announce_pending(const PgqGroup *group)
+{
+	pgq_xact_wake_at_commit(&group->ref);
+	pgq_notify_group(group->name);
 }
 
 /*
@@ -380,7 +348,10 @@ pgq_enqueue(PG_FUNCTION_ARGS)
 	PgqGroup	group;
 	text	   *key = PG_ARGISNULL(2) ? NULL : PG_GETARG_TEXT_PP(2);
 	int32		priority;
+	PgqNewItem	item;
+	PgqItemInserter *ins;
 	int64		id;
+	bool		added;
 	PgqScope	scope;
 
 	pgq_check_arg_not_null(fcinfo, 0, "group_name");
@@ -399,9 +370,18 @@ pgq_enqueue(PG_FUNCTION_ARGS)
 	SPI_connect();
 	lookup_queue(PG_GETARG_TEXT_PP(0), &group);
 	pgq_check_privilege(&group, PGQ_PRIV_PRODUCE);
-	id = enqueue_one(&group, PG_GETARG_DATUM(1), PG_ARGISNULL(1), key,
-					 priority, PG_GETARG_DATUM(4), PG_ARGISNULL(4),
-					 PG_GETARG_DATUM(5), PG_ARGISNULL(5));
+	new_item(&item, &group, priority, !PG_ARGISNULL(4),
+			 PG_ARGISNULL(4) ? 0 : PG_GETARG_TIMESTAMPTZ(4));
+	item.key = key;
+	item.payload = PG_GETARG_DATUM(1);
+	item.no_payload = PG_ARGISNULL(1);
+	item.data = PG_GETARG_DATUM(5);
+	item.no_data = PG_ARGISNULL(5);
+	ins = pgq_item_inserter_begin();
+	id = enqueue_one(ins, &group, &item, &added);
+	pgq_item_inserter_end(ins);
+	if (added && item.state == 'p')
+		announce_pending(&group);
 	SPI_finish();
 	pgq_leave(&scope);
 	PG_RETURN_INT64(id);
@@ -455,16 +435,12 @@ pgq_enqueue_many(PG_FUNCTION_ARGS)
 	ArgArray	data;
 	int			n = -1;
 	int32		priority;
-	bool		pending;
+	PgqNewItem	item;
+	PgqItemInserter *ins;
+	bool		any_added = false;
 	int64	   *ids;
 	Datum	   *result;
-	Oid			argtypes[7] = {INT8OID, JSONBARRAYOID, TEXTARRAYOID, INT4OID,
-	CHAROID, TIMESTAMPTZOID, BYTEAARRAYOID};
-	Datum		values[7];
-	char		nulls[7] = "       ";
-	int			rc;
 	PgqScope	scope;
-	static SPIPlanPtr plan = NULL;
 
 	pgq_check_arg_not_null(fcinfo, 0, "group_name");
 	pgq_check_arg_not_null(fcinfo, 3, "priority");
@@ -503,75 +479,26 @@ pgq_enqueue_many(PG_FUNCTION_ARGS)
 		pgq_leave(&scope);
 		PG_RETURN_ARRAYTYPE_P(construct_empty_array(INT8OID));
 	}
-	pending = due_now(!PG_ARGISNULL(4), PG_GETARG_TIMESTAMPTZ(4));
-
-	/*
-	 * Ids are drawn before the insert, so that each input row knows its own:
-	 * an input row that gets none back lost a key to an existing item.
-	 */
-	values[0] = Int64GetDatum(group.ref.group_id);
-	values[1] = PG_GETARG_DATUM(1);
-	nulls[1] = PG_ARGISNULL(1) ? 'n' : ' ';
-	values[2] = PG_GETARG_DATUM(2);
-	nulls[2] = PG_ARGISNULL(2) ? 'n' : ' ';
-	values[3] = Int32GetDatum(priority);
-	values[4] = CharGetDatum(pending ? 'p' : 'r');
-	values[5] = PG_GETARG_DATUM(4);
-	nulls[5] = pending ? 'n' : ' ';
-	values[6] = PG_GETARG_DATUM(5);
-	nulls[6] = PG_ARGISNULL(5) ? 'n' : ' ';
-	if (plan == NULL)
-		plan = pgq_keep_plan("WITH input AS MATERIALIZED ("
-							 " SELECT u.p, u.k, u.d, u.n, "
-							 " pg_catalog.nextval('pgq.block_id_seq') AS id "
-							 " FROM ROWS FROM (pg_catalog.unnest($2), "
-							 " pg_catalog.unnest($3), pg_catalog.unnest($7)) "
-							 " WITH ORDINALITY AS u (p, k, d, n)), "
-							 "ins AS ("
-							 " INSERT INTO pgq.items "
-							 " (group_id, item_id, key, priority, state, due_at, "
-							 " payload, data) "
-							 " SELECT $1, id, k, $4, $5, $6, p, d FROM input "
-							 " ORDER BY n "
-							 " ON CONFLICT (group_id, key) WHERE key IS NOT NULL "
-							 " DO NOTHING RETURNING item_id) "
-							 "SELECT ins.item_id FROM input "
-							 "LEFT JOIN ins ON ins.item_id " OP("=") " input.id "
-							 "ORDER BY input.n",
-							 7, argtypes);
-	rc = SPI_execute_plan(plan, values, nulls, false, 0);
-	if (rc != SPI_OK_SELECT || SPI_processed != (uint64) n)
-		elog(ERROR, "could not insert items: %s", SPI_result_code_string(rc));
-
+	new_item(&item, &group, priority, !PG_ARGISNULL(4),
+			 PG_ARGISNULL(4) ? 0 : PG_GETARG_TIMESTAMPTZ(4));
 	ids = palloc(n * sizeof(int64));
+	ins = pgq_item_inserter_begin();
 	for (int i = 0; i < n; i++)
 	{
-		bool		isnull;
+		bool		added;
 
-		ids[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i],
-											 SPI_tuptable->tupdesc, 1, &isnull));
-		if (isnull)
-			ids[i] = 0;
+		item.key = keys.n < 0 || keys.nulls[i] ? NULL :
+			DatumGetTextPP(keys.values[i]);
+		item.payload = payloads.n < 0 ? (Datum) 0 : payloads.values[i];
+		item.no_payload = payloads.n < 0 || payloads.nulls[i];
+		item.data = data.n < 0 ? (Datum) 0 : data.values[i];
+		item.no_data = data.n < 0 || data.nulls[i];
+		ids[i] = enqueue_one(ins, &group, &item, &added);
+		any_added |= added;
 	}
-
-	/* keys that were taken: the items that hold them, one statement each */
-	for (int i = 0; i < n; i++)
-	{
-		CHECK_FOR_INTERRUPTS();
-		if (ids[i] == 0)
-			ids[i] = enqueue_one(&group,
-								 payloads.n < 0 ? (Datum) 0 : payloads.values[i],
-								 payloads.n < 0 || payloads.nulls[i],
-								 DatumGetTextPP(keys.values[i]), priority,
-								 PG_GETARG_DATUM(4), PG_ARGISNULL(4),
-								 data.n < 0 ? (Datum) 0 : data.values[i],
-								 data.n < 0 || data.nulls[i]);
-	}
-	if (pending)
-	{
-		pgq_xact_wake_at_commit(&group.ref);
-		pgq_notify_group(group.name);
-	}
+	pgq_item_inserter_end(ins);
+	if (any_added && item.state == 'p')
+		announce_pending(&group);
 	SPI_finish();
 	pgq_leave(&scope);
 

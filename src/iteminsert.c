@@ -1,0 +1,253 @@
+/*-------------------------------------------------------------------------
+ *
+ * iteminsert.c
+ *	  Inserts into pgq.items for enqueues, without SQL.
+ *
+ * An enqueue adds one row, and as an SQL statement (INSERT .. ON CONFLICT
+ * DO NOTHING RETURNING, through SPI) it spent more instructions on the
+ * statement than on the row: planning-free as a kept plan is, the executor
+ * still built its nodes, projections and index predicates each time.  Here
+ * the row goes in through the table and index AMs, with the executor's
+ * index code, as INSERT .. ON CONFLICT (group_id, key) DO NOTHING does it:
+ *
+ *	- without a key, a plain insert;
+ *	- with a key, a speculative insertion: look for the key in
+ *	  items_key_idx first; if it is not there, insert the row with a
+ *	  speculative token, then its index entries, and if another transaction
+ *	  inserted the key meanwhile, kill the row and look again.
+ *
+ * This is safe for the reasons blockscan.c gives for pgq.blocks: pgq owns
+ * the table, which has no rules, policies, triggers, foreign keys or CHECK
+ * constraints, and the callers check the caller's privilege on the queue
+ * first.  One EState serves every row of a call, so that enqueue_many pays
+ * for the executor state once.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "commands/sequence.h"
+#include "executor/executor.h"
+#include "miscadmin.h"
+#include "nodes/makefuncs.h"
+#include "storage/lmgr.h"
+#include "utils/fmgrprotos.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "pgq.h"
+
+/* columns of pgq.items (see pgq--0.1.sql) */
+#define Anum_items_group_id		1
+#define Anum_items_item_id		2
+#define Anum_items_key			3
+#define Anum_items_priority		4
+#define Anum_items_state		5
+#define Anum_items_attempt		6
+#define Anum_items_due_at		7
+#define Anum_items_payload		8
+#define Anum_items_data			9
+#define Anum_items_enqueued_at	14
+#define Natts_items				15
+
+struct PgqItemInserter
+{
+	Relation	rel;
+	EState	   *estate;
+	ResultRelInfo *rri;
+	TupleTableSlot *slot;
+	List	   *arbiters;		/* items_key_idx */
+	Oid			seqid;			/* pgq.block_id_seq */
+	bool		inserted;		/* a row went in */
+};
+
+/*
+ * Open pgq.items for inserts.  A read-only transaction may not, as it may
+ * not run an INSERT.
+ */
+PgqItemInserter *
+pgq_item_inserter_begin(void)
+{
+	PgqItemInserter *ins = palloc0(sizeof(PgqItemInserter));
+	MemoryContext oldcxt;
+
+	if (XactReadOnly)
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("cannot enqueue in a read-only transaction")));
+	ins->rel = pgq_open_rel("items", RowExclusiveLock);
+	if (RelationGetDescr(ins->rel)->natts < Natts_items)
+		elog(ERROR, "pgq.items has %d columns, expected %d",
+			 RelationGetDescr(ins->rel)->natts, Natts_items);
+	ins->seqid = pgq_rel_oid("block_id_seq");
+	ins->estate = CreateExecutorState();
+	oldcxt = MemoryContextSwitchTo(ins->estate->es_query_cxt);
+	ins->rri = makeNode(ResultRelInfo);
+	InitResultRelInfo(ins->rri, ins->rel, 0, NULL, 0);
+	pgq_open_indexes(ins->rri, ins->rel);
+	ins->arbiters = list_make1_oid(pgq_rel_oid("items_key_idx"));
+	MemoryContextSwitchTo(oldcxt);
+	ins->slot = table_slot_create(ins->rel, NULL);
+	return ins;
+}
+
+/*
+ * In REPEATABLE READ and SERIALIZABLE, a key held by an item that the
+ * transaction's snapshot cannot see is a serialization failure, as it is for
+ * INSERT .. ON CONFLICT DO NOTHING: the enqueue would otherwise return an id
+ * that the rest of the transaction cannot find.  Items that this transaction
+ * inserted itself are its own to see.
+ */
+static void
+check_conflict_visible(PgqItemInserter *ins, ItemPointer tid)
+{
+	TupleTableSlot *slot;
+	bool		isnull;
+	TransactionId xmin;
+
+	if (!IsolationUsesXactSnapshot())
+		return;
+	slot = table_slot_create(ins->rel, NULL);
+	if (!table_tuple_fetch_row_version(ins->rel, tid, SnapshotAny, slot))
+		elog(ERROR, "could not fetch the item that holds the key");
+	if (!table_tuple_satisfies_snapshot(ins->rel, slot,
+										GetTransactionSnapshot()))
+	{
+		xmin = DatumGetTransactionId(slot_getsysattr(slot,
+													 MinTransactionIdAttributeNumber,
+													 &isnull));
+		if (!TransactionIdIsCurrentTransactionId(xmin))
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					 errmsg("could not serialize access due to concurrent update")));
+	}
+	ExecDropSingleTupleTableSlot(slot);
+}
+
+/* The index entries of the row in ins->slot; true unless the key was taken. */
+static bool
+insert_index_entries(PgqItemInserter *ins, bool speculative)
+{
+	bool		conflict = false;
+	List	   *recheck;
+
+#if PG_VERSION_NUM >= 160000
+	recheck = ExecInsertIndexTuples(ins->rri, ins->slot, ins->estate, false,
+									speculative, speculative ? &conflict : NULL,
+									speculative ? ins->arbiters : NIL, false);
+#else
+	recheck = ExecInsertIndexTuples(ins->rri, ins->slot, ins->estate, false,
+									speculative, speculative ? &conflict : NULL,
+									speculative ? ins->arbiters : NIL);
+#endif
+	list_free(recheck);
+	return !conflict;
+}
+
+/*
+ * Insert the item unless the queue holds its key: returns its new id, or 0
+ * if the key is taken by an item the caller can see (after waiting for the
+ * transaction that inserted it, if that was still in progress).  The
+ * Datums are stored as given; key must be NULL for an item without one.
+ */
+int64
+pgq_item_insert(PgqItemInserter *ins, const PgqNewItem *item)
+{
+	TupleTableSlot *slot = ins->slot;
+	int			natts = slot->tts_tupleDescriptor->natts;
+	CommandId	cid = GetCurrentCommandId(true);
+	int64		id;
+
+	id = DatumGetInt64(DirectFunctionCall1(nextval_oid,
+										   ObjectIdGetDatum(ins->seqid)));
+	ExecClearTuple(slot);
+	memset(slot->tts_isnull, true, natts * sizeof(bool));
+	slot->tts_values[Anum_items_group_id - 1] = Int64GetDatum(item->group_id);
+	slot->tts_isnull[Anum_items_group_id - 1] = false;
+	slot->tts_values[Anum_items_item_id - 1] = Int64GetDatum(id);
+	slot->tts_isnull[Anum_items_item_id - 1] = false;
+	slot->tts_values[Anum_items_key - 1] = PointerGetDatum(item->key);
+	slot->tts_isnull[Anum_items_key - 1] = item->key == NULL;
+	slot->tts_values[Anum_items_priority - 1] = Int32GetDatum(item->priority);
+	slot->tts_isnull[Anum_items_priority - 1] = false;
+	slot->tts_values[Anum_items_state - 1] = CharGetDatum(item->state);
+	slot->tts_isnull[Anum_items_state - 1] = false;
+	slot->tts_values[Anum_items_attempt - 1] = Int32GetDatum(0);
+	slot->tts_isnull[Anum_items_attempt - 1] = false;
+	slot->tts_values[Anum_items_due_at - 1] = TimestampTzGetDatum(item->due_at);
+	slot->tts_isnull[Anum_items_due_at - 1] = !item->has_due_at;
+	slot->tts_values[Anum_items_payload - 1] = item->payload;
+	slot->tts_isnull[Anum_items_payload - 1] = item->no_payload;
+	slot->tts_values[Anum_items_data - 1] = item->data;
+	slot->tts_isnull[Anum_items_data - 1] = item->no_data;
+	slot->tts_values[Anum_items_enqueued_at - 1] =
+		TimestampTzGetDatum(GetCurrentTimestamp());
+	slot->tts_isnull[Anum_items_enqueued_at - 1] = false;
+	ExecStoreVirtualTuple(slot);
+
+	if (item->key == NULL)
+	{
+		table_tuple_insert(ins->rel, slot, cid, 0, NULL);
+		insert_index_entries(ins, false);
+	}
+	else
+	{
+		for (;;)
+		{
+			ItemPointerData conflict_tid;
+			uint32		token;
+			bool		inserted;
+
+			CHECK_FOR_INTERRUPTS();
+#if PG_VERSION_NUM >= 180000
+			if (!ExecCheckIndexConstraints(ins->rri, slot, ins->estate,
+										   &conflict_tid, NULL, ins->arbiters))
+#else
+			if (!ExecCheckIndexConstraints(ins->rri, slot, ins->estate,
+										   &conflict_tid, ins->arbiters))
+#endif
+			{
+				check_conflict_visible(ins, &conflict_tid);
+				id = 0;
+				break;
+			}
+
+			/*
+			 * The token tells a transaction that finds the row before it is
+			 * complete to wait for this insert rather than for the whole
+			 * transaction; a row that lost the race is killed at once.
+			 */
+			token = SpeculativeInsertionLockAcquire(GetCurrentTransactionId());
+			table_tuple_insert_speculative(ins->rel, slot, cid, 0, NULL,
+										   token);
+			inserted = insert_index_entries(ins, true);
+			table_tuple_complete_speculative(ins->rel, slot, token, inserted);
+			SpeculativeInsertionLockRelease(GetCurrentTransactionId());
+			if (inserted)
+				break;
+		}
+	}
+	ResetPerTupleExprContext(ins->estate);
+	ins->inserted |= id != 0;
+	return id;
+}
+
+/*
+ * Close what pgq_item_inserter_begin() opened; the lock stays.  The rows
+ * become visible to the transaction's next command, as an INSERT's do.
+ */
+void
+pgq_item_inserter_end(PgqItemInserter *ins)
+{
+	if (ins->inserted)
+		CommandCounterIncrement();
+	ExecDropSingleTupleTableSlot(ins->slot);
+	ExecCloseIndices(ins->rri);
+	FreeExecutorState(ins->estate);
+	table_close(ins->rel, NoLock);
+	pfree(ins);
+}
