@@ -169,3 +169,18 @@ SELECT group_name, kind FROM pgq.groups ORDER BY group_name;
 SELECT min(block_id) AS gb FROM pgq.blocks \gset
 SELECT try(format('SELECT pgq.result(%s)', :gb)) LIKE '42809: block % belongs to query group "grp": only queue items have results' AS refused;
 SELECT try(format($$SELECT pgq.complete(%s, '{}')$$, :gb));
+
+-- A new key is inserted at once.  A key found taken costs one killed row
+-- version, and the session then looks for its keys first: resending the key
+-- inserts nothing.  (Row versions inserted by this transaction, killed ones
+-- included; a new session, which has met no taken key yet.)
+\c
+BEGIN;
+SELECT pgq.enqueue('jobs', '{}', key => 'resent') AS resent \gset
+SELECT pg_stat_get_xact_tuples_inserted('pgq.items'::regclass) AS after_new;
+SELECT pgq.enqueue('jobs', '{}', key => 'resent') = :resent AS found;
+SELECT pg_stat_get_xact_tuples_inserted('pgq.items'::regclass) AS after_first_resend;
+SELECT pgq.enqueue('jobs', '{}', key => 'resent') = :resent AS found;
+SELECT pg_stat_get_xact_tuples_inserted('pgq.items'::regclass) AS after_second_resend;
+SELECT count(*) AS items_with_key FROM pgq.items WHERE key = 'resent';
+COMMIT;
