@@ -28,6 +28,7 @@
 #include "access/stratnum.h"
 #include "access/table.h"
 #include "access/tableam.h"
+#include "access/transam.h"
 #include "access/xact.h"
 #include "catalog/index.h"
 #include "catalog/namespace.h"
@@ -35,6 +36,7 @@
 #include "catalog/pg_class.h"
 #include "executor/executor.h"
 #include "executor/tuptable.h"
+#include "nodes/nodeFuncs.h"
 #include "optimizer/optimizer.h"
 #include "miscadmin.h"
 #include "storage/proc.h"
@@ -102,8 +104,10 @@ static uint64 own_rels_generation = 0;
 typedef struct OwnIndexes
 {
 	const char *table;
-	bool		valid;
-	MemoryContext cxt;			/* of what follows; NULL: none yet */
+	bool		valid;			/* false: build again before use */
+	Oid			relid;			/* the table they were built for */
+	bool		use_executor;	/* some cannot be kept: ExecOpenIndices() */
+	MemoryContext cxt;			/* of what follows; NULL: none */
 	int			n;
 	Oid		   *indexids;
 	IndexInfo **infos;
@@ -114,34 +118,38 @@ static OwnIndexes own_indexes[] = {
 	{"items"},
 };
 
-/* Relcache callback: one of pgq's relations changed, or everything. */
+/* Whether relid is one of pgq's relations, or of their indexes, we know of. */
+static bool
+is_own_rel(Oid relid)
+{
+	for (size_t i = 0; i < lengthof(own_rels); i++)
+		if (relid == own_rels[i].relid)
+			return true;
+	for (size_t i = 0; i < lengthof(own_indexes); i++)
+	{
+		if (relid == own_indexes[i].relid)
+			return true;
+		for (int j = 0; j < own_indexes[i].n; j++)
+			if (relid == own_indexes[i].indexids[j])
+				return true;
+	}
+	return false;
+}
+
+/*
+ * Relcache callback: one of pgq's relations changed, or everything.  Forget
+ * all that is kept about them, and count a generation.
+ */
 static void
 own_rels_callback(Datum arg, Oid relid)
 {
+	if (relid != InvalidOid && !is_own_rel(relid))
+		return;
 	for (size_t i = 0; i < lengthof(own_rels); i++)
-	{
-		if (relid == InvalidOid || relid == own_rels[i].relid)
-		{
-			for (size_t j = 0; j < lengthof(own_rels); j++)
-				own_rels[j].relid = InvalidOid;
-			for (size_t j = 0; j < lengthof(own_indexes); j++)
-				own_indexes[j].valid = false;
-			own_rels_generation++;
-			return;
-		}
-	}
+		own_rels[i].relid = InvalidOid;
 	for (size_t i = 0; i < lengthof(own_indexes); i++)
-	{
-		for (int j = 0; own_indexes[i].valid && j < own_indexes[i].n; j++)
-		{
-			if (relid == own_indexes[i].indexids[j])
-			{
-				own_indexes[i].valid = false;
-				own_rels_generation++;
-				return;
-			}
-		}
-	}
+		own_indexes[i].valid = false;
+	own_rels_generation++;
 }
 
 /* The entry of own_rels of this name, its OID looked up if need be. */
@@ -219,74 +227,109 @@ pgq_rel_oid(const char *name)
 	return own_rel(name)->relid;
 }
 
+/* Whether a function OID is not built in (check_functions_in_node()). */
+static bool
+is_user_function(Oid funcid, void *context)
+{
+	return funcid >= FirstNormalObjectId;
+}
+
+/* Whether an expression calls a function that is not built in. */
+static bool
+calls_user_function(Node *node, void *context)
+{
+	if (node == NULL)
+		return false;
+	if (check_functions_in_node(node, is_user_function, context))
+		return true;
+	return expression_tree_walker(node, calls_user_function, context);
+}
+
 /*
- * Build the IndexInfos of the indexes of rel, one of pgq's tables, as
- * ExecOpenIndices(.., true) would, with their expressions and predicates
- * compiled, in a new memory context.  The old context may still be in use
- * by the running transaction, and goes when it ends.  Returns false, and
- * keeps nothing, if an index is of an access method other than btree and
- * hash: one that keeps state in the IndexInfo between inserts (BRIN, GIN)
- * must have it built for each statement.
+ * Whether an index's IndexInfo can be kept across statements and
+ * transactions: btree and hash keep no state in it between inserts (BRIN and
+ * GIN do), and a predicate of built-in functions only keeps no state in
+ * their fn_extra that belongs to one query.  pgq's own indexes all qualify;
+ * an expression index, or one of another access method, that someone added
+ * is set up for every call by ExecOpenIndices().
  */
 static bool
+can_keep(Relation index, IndexInfo *info)
+{
+	if (index->rd_rel->relam != BTREE_AM_OID &&
+		index->rd_rel->relam != HASH_AM_OID)
+		return false;
+	if (info->ii_Expressions != NIL)
+		return false;
+	return !calls_user_function((Node *) info->ii_Predicate, NULL);
+}
+
+/*
+ * Build the IndexInfos of the indexes of rel, one of pgq's tables, as
+ * ExecOpenIndices(.., true) would, with their predicates compiled, in a new
+ * memory context.  The old context may still be in use by the running
+ * transaction, and goes when it ends.  If an index cannot be kept, only
+ * remember to leave them all to the executor.
+ */
+static void
 build_own_indexes(OwnIndexes *own, Relation rel)
 {
 	List	   *indexids = RelationGetIndexList(rel);
 	uint64		generation = own_rels_generation;
 	MemoryContext cxt;
 	MemoryContext oldcxt;
-	int			i = 0;
 	ListCell   *lc;
 
 	if (own->cxt != NULL)
-	{
 		MemoryContextSetParent(own->cxt, TopTransactionContext);
-		own->cxt = NULL;
-	}
+	own->cxt = NULL;
+	own->n = 0;
 	own->valid = false;
-	cxt = AllocSetContextCreate(CacheMemoryContext, "pgq index infos",
+	own->use_executor = false;
+
+	/* under the caller's context until complete, so that an error frees it */
+	cxt = AllocSetContextCreate(CurrentMemoryContext, "pgq index infos",
 								ALLOCSET_SMALL_SIZES);
 	oldcxt = MemoryContextSwitchTo(cxt);
-	own->n = list_length(indexids);
-	own->indexids = palloc(own->n * sizeof(Oid));
-	own->infos = palloc(own->n * sizeof(IndexInfo *));
+	own->indexids = palloc(list_length(indexids) * sizeof(Oid));
+	own->infos = palloc(list_length(indexids) * sizeof(IndexInfo *));
 	foreach(lc, indexids)
 	{
 		Relation	index = index_open(lfirst_oid(lc), AccessShareLock);
-		IndexInfo  *info;
+		IndexInfo  *info = BuildIndexInfo(index);
 
-		if (index->rd_rel->relam != BTREE_AM_OID &&
-			index->rd_rel->relam != HASH_AM_OID)
+		if (!can_keep(index, info))
 		{
 			index_close(index, AccessShareLock);
-			MemoryContextSwitchTo(oldcxt);
-			MemoryContextDelete(cxt);
-			return false;
+			own->use_executor = true;
+			break;
 		}
-		info = BuildIndexInfo(index);
 		if (index->rd_index->indisunique)
 			BuildSpeculativeIndexInfo(index, info);
-		info->ii_ExpressionsState = NIL;
-		for (ListCell *e = list_head(info->ii_Expressions); e != NULL;
-			 e = lnext(info->ii_Expressions, e))
-			info->ii_ExpressionsState =
-				lappend(info->ii_ExpressionsState,
-						ExecInitExpr(expression_planner(lfirst(e)), NULL));
 		if (info->ii_Predicate != NIL)
 			info->ii_PredicateState =
 				ExecInitQual((List *) expression_planner((Expr *) info->ii_Predicate),
 							 NULL);
-		own->indexids[i] = lfirst_oid(lc);
-		own->infos[i] = info;
-		i++;
+		own->indexids[own->n] = lfirst_oid(lc);
+		own->infos[own->n] = info;
+		own->n++;
 		index_close(index, AccessShareLock);
 	}
 	MemoryContextSwitchTo(oldcxt);
 	list_free(indexids);
-	own->cxt = cxt;
+	if (own->use_executor)
+	{
+		MemoryContextDelete(cxt);
+		own->n = 0;
+	}
+	else
+	{
+		MemoryContextSetParent(cxt, CacheMemoryContext);
+		own->cxt = cxt;
+	}
+	own->relid = RelationGetRelid(rel);
 	/* an invalidation taken in while the indexes were opened: build again */
 	own->valid = generation == own_rels_generation;
-	return true;
 }
 
 /*
@@ -296,8 +339,8 @@ build_own_indexes(OwnIndexes *own, Relation rel)
  * ExecOpenIndices() builds every index's IndexInfo and compiles its
  * predicate for each statement, which was a tenth of an enqueue; here they
  * are built once per backend and kept until a relcache invalidation of one
- * of pgq's relations (an index created or dropped).  If one arrives while
- * the indexes are being opened, open them again.
+ * of pgq's relations or their indexes (an index created or dropped).  If one
+ * arrives while the indexes are being opened, open them again.
  */
 void
 pgq_open_indexes(ResultRelInfo *rri, Relation rel)
@@ -307,21 +350,24 @@ pgq_open_indexes(ResultRelInfo *rri, Relation rel)
 	for (size_t i = 0; i < lengthof(own_indexes); i++)
 		if (strcmp(own_indexes[i].table, RelationGetRelationName(rel)) == 0)
 			own = &own_indexes[i];
-	Assert(own != NULL && rri->ri_RelationDesc == rel);
+	if (own == NULL || rri->ri_RelationDesc != rel)
+		elog(ERROR, "pgq_open_indexes() called for \"%s\"",
+			 RelationGetRelationName(rel));
 
 	for (;;)
 	{
 		uint64		generation;
 
 		CHECK_FOR_INTERRUPTS();
-		if (!own->valid)
+		if (!own->valid || own->relid != RelationGetRelid(rel))
 		{
-			if (!build_own_indexes(own, rel))
-			{
-				ExecOpenIndices(rri, true);
-				return;
-			}
+			build_own_indexes(own, rel);
 			continue;
+		}
+		if (own->use_executor)
+		{
+			ExecOpenIndices(rri, true);
+			return;
 		}
 		generation = own_rels_generation;
 		rri->ri_NumIndices = own->n;

@@ -8,20 +8,23 @@
  * statement than on the row: planning-free as a kept plan is, the executor
  * still built its nodes, projections and index predicates each time.  Here
  * the row goes in through the table and index AMs, with the executor's
- * index code, as INSERT .. ON CONFLICT (group_id, key) DO NOTHING does it:
+ * index code, by the speculative insertion that INSERT .. ON CONFLICT
+ * (group_id, key) DO NOTHING uses:
  *
  *	- without a key, a plain insert;
- *	- with a key, a speculative insertion: insert the row with a
- *	  speculative token, then its index entries; if the unique index
- *	  items_key_idx holds the key already, or another transaction is
- *	  inserting it, kill the row, look for the key (waiting for that
- *	  transaction) and insert again if it is not there.
+ *	- with a key, insert the row with a speculative token, then its index
+ *	  entries; if the unique index items_key_idx holds the key already, or
+ *	  another transaction is inserting it, kill the row, look for the key
+ *	  (waiting for that transaction) and insert again if it is not there.
+ *	  Unlike INSERT .. ON CONFLICT, the key is not looked for first, unless
+ *	  the session met a taken key lately (see pgq.key_lookups).
  *
  * This is safe for the reasons blockscan.c gives for pgq.blocks: pgq owns
  * the table, which has no rules, policies, triggers, foreign keys or CHECK
- * constraints, and the callers check the caller's privilege on the queue
- * first.  One EState serves every row of a call, so that enqueue_many pays
- * for the executor state once.
+ * constraints of its own (docs/administration.md says that those that
+ * someone adds do not see these inserts), and the callers check the
+ * caller's privilege on the queue first.  One EState serves every row of a
+ * call, so that enqueue_many pays for the executor state once.
  *
  *-------------------------------------------------------------------------
  */
@@ -30,6 +33,7 @@
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
+#include "catalog/pg_index.h"
 #include "commands/sequence.h"
 #include "executor/executor.h"
 #include "miscadmin.h"
@@ -60,13 +64,13 @@
  * inserts, so that a key that is taken costs no dead row.  New keys are the
  * rule for enqueues, and that look took 8% of an enqueue's instructions and
  * 23% of each item of an enqueue_many: an enqueue inserts at once, and the
- * unique index finds a conflict as it takes the entry (the row is then
- * killed, and the look made).  A backend that met a taken key looks first
- * for its next PGQ_PRECHECK_KEYS keyed enqueues, so that a producer that
- * resends keys does not leave a dead row for each.
+ * unique index finds a conflict as it takes the entry.  A taken key then
+ * costs a killed row version with an entry in every index of pgq.items, for
+ * vacuum to remove, and a transaction id.  So a session that met a taken key
+ * looks first for its next pgq.key_lookups keyed enqueues: a producer that
+ * resends keys leaves one dead row per pgq.key_lookups new keys, not one
+ * per resend.
  */
-#define PGQ_PRECHECK_KEYS	100
-
 static int	precheck_keys = 0;
 
 struct PgqItemInserter
@@ -76,6 +80,7 @@ struct PgqItemInserter
 	ResultRelInfo *rri;
 	TupleTableSlot *slot;
 	List	   *arbiters;		/* items_key_idx */
+	bool		look_first;		/* always look for the key first */
 	Oid			seqid;			/* pgq.block_id_seq */
 	bool		inserted;		/* a row went in */
 };
@@ -88,6 +93,8 @@ PgqItemInserter *
 pgq_item_inserter_begin(void)
 {
 	PgqItemInserter *ins = palloc0(sizeof(PgqItemInserter));
+	Oid			key_index;
+	bool		key_index_found = false;
 	MemoryContext oldcxt;
 
 	if (XactReadOnly)
@@ -99,13 +106,35 @@ pgq_item_inserter_begin(void)
 		elog(ERROR, "pgq.items has %d columns, expected %d",
 			 RelationGetDescr(ins->rel)->natts, Natts_items);
 	ins->seqid = pgq_rel_oid("block_id_seq");
+	key_index = pgq_rel_oid("items_key_idx");
 	ins->estate = CreateExecutorState();
 	oldcxt = MemoryContextSwitchTo(ins->estate->es_query_cxt);
 	ins->rri = makeNode(ResultRelInfo);
 	InitResultRelInfo(ins->rri, ins->rel, 0, NULL, 0);
 	pgq_open_indexes(ins->rri, ins->rel);
-	ins->arbiters = list_make1_oid(pgq_rel_oid("items_key_idx"));
+	ins->arbiters = list_make1_oid(key_index);
 	MemoryContextSwitchTo(oldcxt);
+
+	/*
+	 * The key index decides which keys are taken.  Another unique index
+	 * that is ready for inserts (the copy that REINDEX CONCURRENTLY builds
+	 * of it, one that someone added) would raise a unique violation for a
+	 * taken key inserted at once: look first while there is one, as INSERT
+	 * .. ON CONFLICT does.
+	 */
+	for (int i = 0; i < ins->rri->ri_NumIndices; i++)
+	{
+		Form_pg_index index = ins->rri->ri_IndexRelationDescs[i]->rd_index;
+
+		if (index->indexrelid == key_index)
+			key_index_found = index->indisunique && index->indimmediate &&
+				index->indisready;
+		else if (index->indisunique && !index->indisprimary &&
+				 index->indisready)
+			ins->look_first = true;
+	}
+	if (!key_index_found)
+		elog(ERROR, "pgq.items_key_idx is not a unique index of pgq.items");
 	ins->slot = table_slot_create(ins->rel, NULL);
 	return ins;
 }
@@ -211,7 +240,7 @@ pgq_item_insert(PgqItemInserter *ins, const PgqNewItem *item)
 	}
 	else
 	{
-		bool		look_first = precheck_keys > 0;
+		bool		look_first = ins->look_first || precheck_keys > 0;
 
 		for (;;)
 		{
@@ -230,7 +259,7 @@ pgq_item_insert(PgqItemInserter *ins, const PgqNewItem *item)
 										   &conflict_tid, ins->arbiters))
 #endif
 			{
-				precheck_keys = PGQ_PRECHECK_KEYS;
+				precheck_keys = pgq_key_lookups;
 				check_conflict_visible(ins, &conflict_tid);
 				id = 0;
 				break;
@@ -259,7 +288,7 @@ pgq_item_insert(PgqItemInserter *ins, const PgqNewItem *item)
 			 * on, which waits for a transaction that inserts it to end.
 			 */
 			look_first = true;
-			precheck_keys = PGQ_PRECHECK_KEYS;
+			precheck_keys = pgq_key_lookups;
 		}
 	}
 	ResetPerTupleExprContext(ins->estate);

@@ -30,6 +30,7 @@ PG_MODULE_MAGIC;
 
 int			pgq_max_groups = 1024;
 int			pgq_materialize_timeout = 0;	/* milliseconds, 0 for none */
+int			pgq_key_lookups = 100;
 
 #if PG_VERSION_NUM >= 150000
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
@@ -95,6 +96,14 @@ _PG_init(void)
 
 		pgq_worker_init();
 	}
+
+	DefineCustomIntVariable("pgq.key_lookups",
+							"Keyed enqueues that look their key up before inserting, after the session met a taken key.",
+							"A keyed enqueue inserts at once and lets the unique index find a taken key, which then leaves a dead row version.",
+							&pgq_key_lookups,
+							100, 0, INT_MAX,
+							PGC_USERSET, 0,
+							NULL, NULL, NULL);
 
 	DefineCustomIntVariable("pgq.materialize_timeout",
 							"Time an asynchronous materialization may run before it is canceled.",

@@ -182,6 +182,7 @@ typedef struct PgqBlockWriter
 /* pgq.c */
 extern int	pgq_max_groups;
 extern int	pgq_materialize_timeout;
+extern int	pgq_key_lookups;
 extern void pgq_check_name(text *name);
 extern void pgq_check_arg_not_null(FunctionCallInfo fcinfo, int argno,
 								   const char *argname);

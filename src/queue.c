@@ -466,6 +466,8 @@ pgq_enqueue_many(PG_FUNCTION_ARGS)
 			check_key(DatumGetTextPP(keys.values[i]));
 	}
 	pgq_check_not_in_recovery("enqueue");
+	/* in the caller's memory: SPI_finish() frees what is allocated after */
+	ids = palloc(Max(n, 1) * sizeof(int64));
 
 	pgq_enter(&scope);
 	pgq_lock_group_name(PG_GETARG_TEXT_PP(0), false);
@@ -481,7 +483,6 @@ pgq_enqueue_many(PG_FUNCTION_ARGS)
 	}
 	new_item(&item, &group, priority, !PG_ARGISNULL(4),
 			 PG_ARGISNULL(4) ? 0 : PG_GETARG_TIMESTAMPTZ(4));
-	ids = palloc(n * sizeof(int64));
 	ins = pgq_item_inserter_begin();
 	for (int i = 0; i < n; i++)
 	{
