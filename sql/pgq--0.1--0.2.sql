@@ -52,6 +52,14 @@ COMMENT ON FUNCTION pgq.claim(text, integer, interval, bigint, bigint, integer) 
 ALTER TABLE pgq.items DROP CONSTRAINT items_state_check,
                       DROP CONSTRAINT items_priority_check;
 
+-- Items are looked up by id alone (complete, result, retry, complete_many)
+-- through a btree, not a hash index: every insert into a hash index
+-- write-locks its metapage to count the tuple, and concurrent enqueues
+-- queued there (enqueue_many of 100 at 8 clients: 595 to 654 batches per
+-- second with the hash index, 763 to 908 with this btree).
+DROP INDEX pgq.items_item_id_idx;
+CREATE INDEX items_item_id_idx ON pgq.items (item_id);
+
 -- Claims of lease and advisory groups skip blocks_due_idx while shared memory
 -- says that nothing is due yet.  The commit of an UPDATE of pgq.blocks (pgq's
 -- own release, fail and extend, or anyone's by hand) may have moved a
