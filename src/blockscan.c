@@ -278,6 +278,10 @@ build_own_indexes(OwnIndexes *own, Relation rel)
 	uint64		generation = own_rels_generation;
 	MemoryContext cxt;
 	MemoryContext oldcxt;
+	Oid		   *ids;
+	IndexInfo **infos;
+	int			n = 0;
+	bool		use_executor = false;
 	ListCell   *lc;
 
 	if (own->cxt != NULL)
@@ -285,14 +289,16 @@ build_own_indexes(OwnIndexes *own, Relation rel)
 	own->cxt = NULL;
 	own->n = 0;
 	own->valid = false;
-	own->use_executor = false;
 
-	/* under the caller's context until complete, so that an error frees it */
+	/*
+	 * Under the caller's context until complete, so that an error frees it;
+	 * own keeps nothing of it until then.
+	 */
 	cxt = AllocSetContextCreate(CurrentMemoryContext, "pgq index infos",
 								ALLOCSET_SMALL_SIZES);
 	oldcxt = MemoryContextSwitchTo(cxt);
-	own->indexids = palloc(list_length(indexids) * sizeof(Oid));
-	own->infos = palloc(list_length(indexids) * sizeof(IndexInfo *));
+	ids = palloc(list_length(indexids) * sizeof(Oid));
+	infos = palloc(list_length(indexids) * sizeof(IndexInfo *));
 	foreach(lc, indexids)
 	{
 		Relation	index = index_open(lfirst_oid(lc), AccessShareLock);
@@ -301,7 +307,7 @@ build_own_indexes(OwnIndexes *own, Relation rel)
 		if (!can_keep(index, info))
 		{
 			index_close(index, AccessShareLock);
-			own->use_executor = true;
+			use_executor = true;
 			break;
 		}
 		if (index->rd_index->indisunique)
@@ -310,23 +316,24 @@ build_own_indexes(OwnIndexes *own, Relation rel)
 			info->ii_PredicateState =
 				ExecInitQual((List *) expression_planner((Expr *) info->ii_Predicate),
 							 NULL);
-		own->indexids[own->n] = lfirst_oid(lc);
-		own->infos[own->n] = info;
-		own->n++;
+		ids[n] = lfirst_oid(lc);
+		infos[n] = info;
+		n++;
 		index_close(index, AccessShareLock);
 	}
 	MemoryContextSwitchTo(oldcxt);
 	list_free(indexids);
-	if (own->use_executor)
-	{
+	if (use_executor)
 		MemoryContextDelete(cxt);
-		own->n = 0;
-	}
 	else
 	{
 		MemoryContextSetParent(cxt, CacheMemoryContext);
 		own->cxt = cxt;
+		own->indexids = ids;
+		own->infos = infos;
+		own->n = n;
 	}
+	own->use_executor = use_executor;
 	own->relid = RelationGetRelid(rel);
 	/* an invalidation taken in while the indexes were opened: build again */
 	own->valid = generation == own_rels_generation;
