@@ -144,7 +144,8 @@ class Worker:
                     self.conn.execute(
                         "CREATE TABLE IF NOT EXISTS processed_logs"
                         " (file text PRIMARY KEY, lines int)")
-                except psycopg.errors.UniqueViolation:
+                except (psycopg.errors.UniqueViolation,
+                        psycopg.errors.DuplicateTable):
                     pass   # another worker created it at the same moment
                 return self.loop()
             except psycopg.Error as e:
