@@ -218,7 +218,7 @@ pgq_item_insert(PgqItemInserter *ins, const PgqNewItem *item)
 	slot->tts_isnull[Anum_items_key - 1] = item->key == NULL;
 	slot->tts_values[Anum_items_priority - 1] = Int32GetDatum(item->priority);
 	slot->tts_isnull[Anum_items_priority - 1] = false;
-	slot->tts_values[Anum_items_state - 1] = CharGetDatum(item->state);
+	slot->tts_values[Anum_items_state - 1] = CharGetDatum(item->has_due_at ? 'r' : 'p');
 	slot->tts_isnull[Anum_items_state - 1] = false;
 	slot->tts_values[Anum_items_attempt - 1] = Int32GetDatum(0);
 	slot->tts_isnull[Anum_items_attempt - 1] = false;

@@ -126,8 +126,7 @@ typedef struct PgqNewItem
 	int64		group_id;
 	text	   *key;			/* NULL: none */
 	int32		priority;
-	char		state;			/* 'p' pending, or 'r' until due_at */
-	bool		has_due_at;
+	bool		has_due_at;		/* in state 'r' until due_at, else pending */
 	TimestampTz due_at;
 	Datum		payload;		/* jsonb */
 	bool		no_payload;

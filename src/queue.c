@@ -324,11 +324,13 @@ new_item(PgqNewItem *item, const PgqGroup *group, int32 priority,
 	item->group_id = group->ref.group_id;
 	item->priority = priority;
 	item->has_due_at = !due_now(has_run_at, run_at);
-	item->state = item->has_due_at ? 'r' : 'p';
 	item->due_at = item->has_due_at ? run_at : 0;
 }
 
-/* At commit, wake the queue's waiting claims, and NOTIFY if that is on. */
+/*
+ * The transaction made work of the group claimable: at commit, wake its
+ * waiting claims, and NOTIFY if that is on.
+ */
 static void
 announce_pending(const PgqGroup *group)
 {
@@ -380,7 +382,7 @@ pgq_enqueue(PG_FUNCTION_ARGS)
 	ins = pgq_item_inserter_begin();
 	id = enqueue_one(ins, &group, &item, &added);
 	pgq_item_inserter_end(ins);
-	if (added && item.state == 'p')
+	if (added && !item.has_due_at)
 		announce_pending(&group);
 	SPI_finish();
 	pgq_leave(&scope);
@@ -498,7 +500,7 @@ pgq_enqueue_many(PG_FUNCTION_ARGS)
 		any_added |= added;
 	}
 	pgq_item_inserter_end(ins);
-	if (any_added && item.state == 'p')
+	if (any_added && !item.has_due_at)
 		announce_pending(&group);
 	SPI_finish();
 	pgq_leave(&scope);
@@ -819,8 +821,7 @@ pgq_queue_release(const PgqGroup *group, int64 item_id,
 					 3, argtypes, values, NULL))
 		return false;
 	pgq_lease_durable();
-	pgq_xact_wake_at_commit(&group->ref);
-	pgq_notify_group(group->name);
+	announce_pending(group);
 	return true;
 }
 
@@ -1193,8 +1194,7 @@ retry_item(int64 item_id)
 						 errmsg("block " INT64_FORMAT " is not dead-lettered", item_id),
 						 errhint("Only dead-lettered blocks and done or dead-lettered items can be retried.")));
 			pgq_hint_lower(&group.ref, item_id);
-			pgq_xact_wake_at_commit(&group.ref);
-			pgq_notify_group(group.name);
+			announce_pending(&group);
 			return true;
 		}
 		ereport(ERROR,
@@ -1232,8 +1232,7 @@ retry_item(int64 item_id)
 				 errdetail("The item is %s.", item_state_name(state[0])),
 				 errhint("Only done and dead-lettered items can be retried.")));
 	}
-	pgq_xact_wake_at_commit(&group.ref);
-	pgq_notify_group(group.name);
+	announce_pending(&group);
 	return true;
 }
 
