@@ -104,10 +104,7 @@ pgq_resume(PG_FUNCTION_ARGS)
 	begin_admin(fcinfo, "resume a group", &group, &scope);
 	changed = set_paused(&group, false);
 	if (changed)
-	{
-		pgq_xact_wake_at_commit(&group.ref);
-		pgq_notify_group(group.name);
-	}
+		pgq_announce_claimable(&group.ref, group.name);
 	end_admin(&scope);
 	PG_RETURN_BOOL(changed);
 }

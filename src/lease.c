@@ -390,8 +390,7 @@ pgq_lease_release(const PgqGroup *group, int64 block_id, int32 attempt)
 						   4, argtypes, values, SPI_OK_UPDATE))
 		return false;
 	pgq_lease_durable();
-	pgq_xact_wake_at_commit(&group->ref);
-	pgq_notify_group(group->name);
+	pgq_announce_claimable(&group->ref, group->name);
 	return true;
 }
 
@@ -436,8 +435,7 @@ pgq_lease_fail(const PgqGroup *group, int64 block_id, int32 attempt,
 	if (SPI_processed == 0)
 		return false;
 	pgq_lease_durable();
-	pgq_xact_wake_at_commit(&group->ref);
-	pgq_notify_group(group->name);
+	pgq_announce_claimable(&group->ref, group->name);
 	return true;
 }
 

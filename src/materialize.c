@@ -354,8 +354,7 @@ commit_batch(Writer *w)
 			 w->group.group_id);
 	if (w->batch_blocks > 0)
 	{
-		pgq_xact_wake_at_commit(&w->group);
-		pgq_notify_group(w->name);
+		pgq_announce_claimable(&w->group, w->name);
 		/* the first batch is the one that changes pgq.blocks' size most */
 		if (w->blocks.nblocks == w->batch_blocks)
 			pgq_invalidate_block_plans();

@@ -293,6 +293,8 @@ extern bool pgq_wait_for_wakeup(const PgqGroupRef *group, TimestampTz deadline,
 								uint64 seen);
 extern void pgq_wait_done(void);
 extern void pgq_notify_group(const char *group_name);
+extern void pgq_announce_claimable(const PgqGroupRef *group,
+								   const char *group_name);
 
 /* advisory.c */
 extern void pgq_advisory_init(void);

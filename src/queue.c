@@ -328,17 +328,6 @@ new_item(PgqNewItem *item, const PgqGroup *group, int32 priority,
 }
 
 /*
- * The transaction made work of the group claimable: at commit, wake its
- * waiting claims, and NOTIFY if that is on.
- */
-static void
-announce_pending(const PgqGroup *group)
-{
-	pgq_xact_wake_at_commit(&group->ref);
-	pgq_notify_group(group->name);
-}
-
-/*
  * pgq.enqueue(group_name, payload, key, priority, run_at, data) -> bigint
  *
  * The new item's id; for a key the queue holds already, that item's id,
@@ -383,7 +372,7 @@ pgq_enqueue(PG_FUNCTION_ARGS)
 	id = enqueue_one(ins, &group, &item, &added);
 	pgq_item_inserter_end(ins);
 	if (added && !item.has_due_at)
-		announce_pending(&group);
+		pgq_announce_claimable(&group.ref, group.name);
 	SPI_finish();
 	pgq_leave(&scope);
 	PG_RETURN_INT64(id);
@@ -501,7 +490,7 @@ pgq_enqueue_many(PG_FUNCTION_ARGS)
 	}
 	pgq_item_inserter_end(ins);
 	if (any_added && !item.has_due_at)
-		announce_pending(&group);
+		pgq_announce_claimable(&group.ref, group.name);
 	SPI_finish();
 	pgq_leave(&scope);
 
@@ -821,7 +810,7 @@ pgq_queue_release(const PgqGroup *group, int64 item_id,
 					 3, argtypes, values, NULL))
 		return false;
 	pgq_lease_durable();
-	announce_pending(group);
+	pgq_announce_claimable(&group->ref, group->name);
 	return true;
 }
 
@@ -1194,7 +1183,7 @@ retry_item(int64 item_id)
 						 errmsg("block " INT64_FORMAT " is not dead-lettered", item_id),
 						 errhint("Only dead-lettered blocks and done or dead-lettered items can be retried.")));
 			pgq_hint_lower(&group.ref, item_id);
-			announce_pending(&group);
+			pgq_announce_claimable(&group.ref, group.name);
 			return true;
 		}
 		ereport(ERROR,
@@ -1232,7 +1221,7 @@ retry_item(int64 item_id)
 				 errdetail("The item is %s.", item_state_name(state[0])),
 				 errhint("Only done and dead-lettered items can be retried.")));
 	}
-	announce_pending(&group);
+	pgq_announce_claimable(&group.ref, group.name);
 	return true;
 }
 

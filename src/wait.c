@@ -231,6 +231,17 @@ pgq_wait_done(void)
 }
 
 /*
+ * Work of the group became claimable in this transaction: at commit, wake
+ * the claims waiting for it, and NOTIFY if pgq.notify is on.
+ */
+void
+pgq_announce_claimable(const PgqGroupRef *group, const char *group_name)
+{
+	pgq_xact_wake_at_commit(group);
+	pgq_notify_group(group_name);
+}
+
+/*
  * Queue NOTIFY pgq, 'group name' for the end of the current transaction, if
  * pgq.notify is on.  PostgreSQL sends one notification per channel and
  * payload per transaction, however often this is called.
