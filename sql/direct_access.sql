@@ -1,9 +1,15 @@
 -- Claims, completes and block lookups go through pgq's indexes without SQL
 -- (blockscan.c).  What a statement did for them, they must still do.
 
--- The hash index on block_id matches hash codes: two blocks whose ids hash
--- alike must each be found as themselves.  77964 and 131003 collide under
--- hashint8 (checked here, so that the test says so if that ever changes).
+-- The index on block_id is a btree since 0.2; a database not yet updated
+-- from 0.1 has a hash index there, and lookups go through it: a hash index
+-- matches hash codes, so two blocks whose ids hash alike must each be found
+-- as themselves.  77964 and 131003 collide under hashint8 (checked here, so
+-- that the test says so if that ever changes).
+SELECT amname FROM pg_class c JOIN pg_am a ON a.oid = c.relam
+WHERE c.oid = 'pgq.blocks_block_id_idx'::regclass;
+DROP INDEX pgq.blocks_block_id_idx;
+CREATE INDEX blocks_block_id_idx ON pgq.blocks USING hash (block_id);
 SELECT hashint8(77964) = hashint8(131003) AS ids_collide;
 SELECT setval('pgq.block_id_seq', 77963);
 SELECT pgq.create_group('dl', 'SELECT 1', 1, mode => 'lease');
@@ -18,6 +24,14 @@ SELECT block_id AS lb, attempt AS la FROM pgq.claim('dl') \gset
 SELECT pgq.complete(:ab, worker_id => :w) AS advisory_done;
 SELECT pgq.complete(:lb, attempt => :la) AS lease_done;
 SELECT count(*) FROM pgq.blocks WHERE block_id IN (77964, 131003);
+-- the btree again, in the same session: lookups follow the new index
+DROP INDEX pgq.blocks_block_id_idx;
+CREATE INDEX blocks_block_id_idx ON pgq.blocks (block_id);
+SELECT setval('pgq.block_id_seq', 77963);
+SELECT pgq.create_group('dl3', 'SELECT 1', 1, mode => 'lease');
+SELECT block_id AS lb, attempt AS la FROM pgq.claim('dl3') \gset
+SELECT :lb AS block_id, pgq.complete(:lb, attempt => :la) AS lease_done;
+SELECT pgq.complete(:lb, attempt => :la) AS done_twice;
 
 -- nothing is claimed or consumed in a read-only transaction
 SELECT pgq.create_group('dt', 'SELECT g FROM generate_series(1, 3) g', 1);

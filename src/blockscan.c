@@ -534,9 +534,9 @@ pgq_block_attr(PgqBlockScan *scan, AttrNumber attnum, bool *isnull)
 }
 
 /*
- * The group of a block, looked up by its id through the hash index on
- * block_id.  False if there is no such block now.  A hash index matches
- * hash codes, not values: every row it returns is checked.
+ * The group of a block, looked up by its id through the index on block_id,
+ * a hash index or a btree.  False if there is no such block now.  A hash
+ * index matches hash codes, not values: every row it returns is checked.
  */
 bool
 pgq_block_group_id(int64 block_id, int64 *group_id)
@@ -548,8 +548,10 @@ pgq_block_group_id(int64 block_id, int64 *group_id)
 	last_found.block_id = 0;
 
 	pgq_block_scan_open(&scan, "blocks_block_id_idx", AccessShareLock);
-	ScanKeyInit(&key, 1, HTEqualStrategyNumber, F_INT8EQ,
-				Int64GetDatum(block_id));
+	ScanKeyInit(&key, 1,
+				scan.index->rd_rel->relam == HASH_AM_OID ?
+				HTEqualStrategyNumber : BTEqualStrategyNumber,
+				F_INT8EQ, Int64GetDatum(block_id));
 	pgq_block_scan_keys(&scan, &key, 1);
 	while (!found && pgq_block_scan_next(&scan))
 	{

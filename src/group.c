@@ -806,7 +806,7 @@ group_cache_find_id(int64 group_id, PgqGroup *group)
 
 /*
  * Look up the group of a block.  False if there is no such block (consumed,
- * dropped, or never made).  The block is found through the hash index on
+ * dropped, or never made).  The block is found through the index on
  * block_id without SQL, and its group in the cache if it is there, else with
  * a statement (so inside SPI): every complete, release, fail and extend
  * starts here.
