@@ -28,9 +28,12 @@ SELECT count(*) FROM pgq.blocks WHERE block_id IN (77964, 131003);
 DROP INDEX pgq.blocks_block_id_idx;
 CREATE INDEX blocks_block_id_idx ON pgq.blocks (block_id);
 SELECT setval('pgq.block_id_seq', 77963);
-SELECT pgq.create_group('dl3', 'SELECT 1', 1, mode => 'lease');
-SELECT block_id AS lb, attempt AS la FROM pgq.claim('dl3') \gset
-SELECT :lb AS block_id, pgq.complete(:lb, attempt => :la) AS lease_done;
+SELECT pgq.create_group('dl3', 'SELECT g FROM generate_series(1, 3) g', 1,
+                        mode => 'lease');
+SELECT array_agg(block_id ORDER BY block_id) AS dl3_blocks,
+       max(attempt) AS la, max(block_id) AS lb
+FROM pgq.claim('dl3', 3) \gset
+SELECT :'dl3_blocks' AS claimed, pgq.complete(:lb, attempt => :la) AS lease_done;
 SELECT pgq.complete(:lb, attempt => :la) AS done_twice;
 
 -- nothing is claimed or consumed in a read-only transaction
@@ -67,4 +70,4 @@ FROM pgq.items i JOIN pgq.groups g USING (group_id) WHERE g.group_name = 'dq';
 SELECT pgq.drop_group('dq');
 
 SELECT pgq.drop_group('dl'), pgq.drop_group('da'), pgq.drop_group('dt'),
-       pgq.drop_group('dl2');
+       pgq.drop_group('dl2'), pgq.drop_group('dl3');

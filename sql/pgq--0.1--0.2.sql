@@ -64,11 +64,11 @@ CREATE INDEX items_item_id_idx ON pgq.items (item_id);
 -- version of its block, and with it an entry in this index (lease batches
 -- of 100 at 8 clients, in alternating runs: 466 and 517 batches per second
 -- with this btree, 426 and 499 with the hash index; claims of 100 then
--- complete_many: 509 and 515 against 400 and 466).  A range of block ids
--- alone is never what pgq's statements ask for: those name group_id too,
--- which the primary key serves better.  Lookups work with either kind of
--- index (blockscan.c), so a database still at 0.1 goes on with its hash
--- index until it is updated.
+-- complete_many: 509 and 515 against 400 and 466).  pgq's statements ask
+-- for ranges of block ids within a group only, as row comparisons on
+-- (group_id, block_id) that the primary key alone can serve.  Lookups work
+-- with either kind of index (blockscan.c), so a database still at 0.1 goes
+-- on with its hash index until it is updated.
 DROP INDEX pgq.blocks_block_id_idx;
 CREATE INDEX blocks_block_id_idx ON pgq.blocks (block_id);
 

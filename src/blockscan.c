@@ -548,6 +548,9 @@ pgq_block_group_id(int64 block_id, int64 *group_id)
 	last_found.block_id = 0;
 
 	pgq_block_scan_open(&scan, "blocks_block_id_idx", AccessShareLock);
+	if (scan.index->rd_rel->relam != BTREE_AM_OID &&
+		scan.index->rd_rel->relam != HASH_AM_OID)
+		elog(ERROR, "pgq.blocks_block_id_idx is neither a btree nor a hash index");
 	ScanKeyInit(&key, 1,
 				scan.index->rd_rel->relam == HASH_AM_OID ?
 				HTEqualStrategyNumber : BTEqualStrategyNumber,

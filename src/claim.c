@@ -271,7 +271,10 @@ refresh_group(PgqGroup *group)
  * materializing; always once it failed.  Otherwise, true when no block is pending,
  * claimed under a lease or waiting for a retry, and no other session holds a
  * claim that it might give back.  Blocks below the hint are consumed or
- * held, so only the part from the hint on is looked at.  Blocks held by
+ * held, so only the part from the hint on is looked at, through the
+ * primary key: the range is a row comparison, which only an index that
+ * starts with group_id can serve (a range of block ids alone, on the index
+ * on block_id, would read the blocks of every later group).  Blocks held by
  * others count when their number is not known (they are visible rows then).
  */
 static bool
@@ -296,7 +299,7 @@ group_exhausted(PgqGroup *group)
 							 "AND lease_until IS NOT NULL) "
 							 "OR EXISTS (SELECT FROM pgq.blocks "
 							 "WHERE group_id " OP("=") " $1 "
-							 "AND block_id " OP(">=") " $2 "
+							 "AND (group_id, block_id) " OP(">=") " ($1, $2) "
 							 "AND state " OP("=") " 'p')",
 							 2, argtypes);
 	}
