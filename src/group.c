@@ -13,13 +13,18 @@
  */
 #include "postgres.h"
 
+#include "access/table.h"
+#include "access/tableam.h"
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
+#include "commands/sequence.h"
+#include "executor/executor.h"
 #include "common/hashfn.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
+#include "nodes/makefuncs.h"
 #include "nodes/nodeFuncs.h"
 #include "nodes/parsenodes.h"
 #include "storage/lock.h"
@@ -263,30 +268,65 @@ pgq_block_writer_init(PgqBlockWriter *writer, int64 group_id, int block_size)
 											ALLOCSET_DEFAULT_SIZES);
 }
 
-/* Insert the buffered ids as one block; block ids follow the calls' order. */
+/*
+ * Insert the buffered ids as one block; block ids follow the calls' order.
+ *
+ * The row goes in through the table and index AMs, as claims and enqueues
+ * write (see blockscan.c and iteminsert.c), not as an SQL INSERT: for
+ * small blocks the statement cost several times the row, re-reading the
+ * table's CHECK constraint on every execution.  Everything is opened and
+ * closed per block, since the background materializer commits between
+ * batches of blocks.  The caller runs as the owner of pgq's tables.
+ */
 static void
 write_block(PgqBlockWriter *writer)
 {
-	static SPIPlanPtr plan = NULL;
-	MemoryContext oldcxt;
-	Datum		values[2];
-	int			rc;
+	MemoryContext oldcxt = MemoryContextSwitchTo(writer->scratch);
+	Relation	rel = pgq_open_rel("blocks", RowExclusiveLock);
+	Oid			seqid = pgq_rel_oid("block_id_seq");
+	EState	   *estate;
+	ResultRelInfo *rri;
+	TupleTableSlot *slot;
+	int			natts = RelationGetDescr(rel)->natts;
 
-	if (plan == NULL)
-	{
-		Oid			argtypes[2] = {INT8OID, INT8ARRAYOID};
+	if (natts < Anum_blocks_lease_until)
+		elog(ERROR, "pgq.blocks has %d columns, expected at least %d",
+			 natts, Anum_blocks_lease_until);
+	estate = CreateExecutorState();
+	MemoryContextSwitchTo(estate->es_query_cxt);
+	rri = makeNode(ResultRelInfo);
+	InitResultRelInfo(rri, rel, 0, NULL, 0);
+	pgq_open_indexes(rri, rel);
+	MemoryContextSwitchTo(writer->scratch);
 
-		plan = pgq_keep_plan("INSERT INTO pgq.blocks (block_id, group_id, ids) "
-							 "VALUES (pg_catalog.nextval('pgq.block_id_seq'), $1, $2)",
-							 2, argtypes);
-	}
+	/* a pending block, never claimed; columns added by hand stay NULL */
+	slot = table_slot_create(rel, NULL);
+	ExecClearTuple(slot);
+	memset(slot->tts_isnull, true, natts * sizeof(bool));
+	slot->tts_values[Anum_blocks_group_id - 1] = Int64GetDatum(writer->group_id);
+	slot->tts_values[Anum_blocks_block_id - 1] =
+		DirectFunctionCall1(nextval_oid, ObjectIdGetDatum(seqid));
+	slot->tts_values[Anum_blocks_ids - 1] =
+		PointerGetDatum(make_id_array(writer->ids, writer->n));
+	slot->tts_values[Anum_blocks_state - 1] = CharGetDatum('p');
+	slot->tts_values[Anum_blocks_attempt - 1] = Int32GetDatum(0);
+	for (int i = Anum_blocks_group_id; i <= Anum_blocks_attempt; i++)
+		slot->tts_isnull[i - 1] = false;
+	ExecStoreVirtualTuple(slot);
 
-	oldcxt = MemoryContextSwitchTo(writer->scratch);
-	values[0] = Int64GetDatum(writer->group_id);
-	values[1] = PointerGetDatum(make_id_array(writer->ids, writer->n));
-	rc = SPI_execute_plan(plan, values, NULL, false, 0);
-	if (rc != SPI_OK_INSERT)
-		elog(ERROR, "could not insert a block: %s", SPI_result_code_string(rc));
+	table_tuple_insert(rel, slot, GetCurrentCommandId(true), 0, NULL);
+#if PG_VERSION_NUM >= 160000
+	(void) ExecInsertIndexTuples(rri, slot, estate, false, false, NULL, NIL,
+								 false);
+#else
+	(void) ExecInsertIndexTuples(rri, slot, estate, false, false, NULL, NIL);
+#endif
+	CommandCounterIncrement();
+
+	ExecDropSingleTupleTableSlot(slot);
+	ExecCloseIndices(rri);
+	FreeExecutorState(estate);
+	table_close(rel, NoLock);
 	MemoryContextSwitchTo(oldcxt);
 	MemoryContextReset(writer->scratch);
 
