@@ -289,6 +289,11 @@ write_block(PgqBlockWriter *writer)
 	TupleTableSlot *slot;
 	int			natts = RelationGetDescr(rel)->natts;
 
+	/* what the executor would check for an INSERT */
+	if (XactReadOnly)
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("cannot materialize a group in a read-only transaction")));
 	if (natts < Anum_blocks_lease_until)
 		elog(ERROR, "pgq.blocks has %d columns, expected at least %d",
 			 natts, Anum_blocks_lease_until);
