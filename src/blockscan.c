@@ -99,7 +99,7 @@ static uint64 own_rels_generation = 0;
 
 /*
  * The IndexInfos of a table's indexes, as ExecOpenIndices() builds them for
- * every statement, but built once and kept (see pgq_open_indexes()).
+ * every statement, but built once and kept (see open_indexes()).
  */
 typedef struct OwnIndexes
 {
@@ -340,17 +340,16 @@ build_own_indexes(OwnIndexes *own, Relation rel)
 }
 
 /*
- * Open the indexes of rel, pgq.blocks or pgq.items (opened with
- * pgq_open_rel()), into rri for inserts of new row versions, as
- * ExecOpenIndices(rri, true) does; close them with ExecCloseIndices().
+ * Open the indexes of rel, pgq.blocks or pgq.items, into rri for inserts
+ * of new row versions, as ExecOpenIndices(rri, true) does.
  * ExecOpenIndices() builds every index's IndexInfo and compiles its
  * predicate for each statement, which was a tenth of an enqueue; here they
  * are built once per backend and kept until a relcache invalidation of one
  * of pgq's relations or their indexes (an index created or dropped).  If one
  * arrives while the indexes are being opened, open them again.
  */
-void
-pgq_open_indexes(ResultRelInfo *rri, Relation rel)
+static void
+open_indexes(ResultRelInfo *rri, Relation rel)
 {
 	OwnIndexes *own = NULL;
 
@@ -358,7 +357,7 @@ pgq_open_indexes(ResultRelInfo *rri, Relation rel)
 		if (strcmp(own_indexes[i].table, RelationGetRelationName(rel)) == 0)
 			own = &own_indexes[i];
 	if (own == NULL || rri->ri_RelationDesc != rel)
-		elog(ERROR, "pgq_open_indexes() called for \"%s\"",
+		elog(ERROR, "pgq_result_rel() called for \"%s\"",
 			 RelationGetRelationName(rel));
 
 	for (;;)
@@ -398,6 +397,23 @@ pgq_open_indexes(ResultRelInfo *rri, Relation rel)
 		ExecCloseIndices(rri);
 		pfree(rri->ri_IndexRelationDescs);
 	}
+}
+
+/*
+ * A ResultRelInfo for writing rows of rel, pgq.blocks or pgq.items (opened
+ * with pgq_open_rel()), with the executor's index code: its indexes opened
+ * as above, all in the EState's memory.  Close them with ExecCloseIndices().
+ */
+ResultRelInfo *
+pgq_result_rel(EState *estate, Relation rel)
+{
+	MemoryContext oldcxt = MemoryContextSwitchTo(estate->es_query_cxt);
+	ResultRelInfo *rri = makeNode(ResultRelInfo);
+
+	InitResultRelInfo(rri, rel, 0, NULL, 0);
+	open_indexes(rri, rel);
+	MemoryContextSwitchTo(oldcxt);
+	return rri;
 }
 
 /*

@@ -298,11 +298,7 @@ write_block(PgqBlockWriter *writer)
 		elog(ERROR, "pgq.blocks has %d columns, expected at least %d",
 			 natts, Anum_blocks_lease_until);
 	estate = CreateExecutorState();
-	MemoryContextSwitchTo(estate->es_query_cxt);
-	rri = makeNode(ResultRelInfo);
-	InitResultRelInfo(rri, rel, 0, NULL, 0);
-	pgq_open_indexes(rri, rel);
-	MemoryContextSwitchTo(writer->scratch);
+	rri = pgq_result_rel(estate, rel);
 
 	/* a pending block, never claimed; columns added by hand stay NULL */
 	slot = table_slot_create(rel, NULL);

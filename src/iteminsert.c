@@ -108,10 +108,8 @@ pgq_item_inserter_begin(void)
 	ins->seqid = pgq_rel_oid("block_id_seq");
 	key_index = pgq_rel_oid("items_key_idx");
 	ins->estate = CreateExecutorState();
+	ins->rri = pgq_result_rel(ins->estate, ins->rel);
 	oldcxt = MemoryContextSwitchTo(ins->estate->es_query_cxt);
-	ins->rri = makeNode(ResultRelInfo);
-	InitResultRelInfo(ins->rri, ins->rel, 0, NULL, 0);
-	pgq_open_indexes(ins->rri, ins->rel);
 	ins->arbiters = list_make1_oid(key_index);
 	MemoryContextSwitchTo(oldcxt);
 

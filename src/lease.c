@@ -191,11 +191,7 @@ claim_pending(const PgqGroup *group, int64 from, int limit,
 	 * only, and true of all but blocks_due_idx.
 	 */
 	estate = CreateExecutorState();
-	oldcxt = MemoryContextSwitchTo(estate->es_query_cxt);
-	rri = makeNode(ResultRelInfo);
-	InitResultRelInfo(rri, scan.heap, 0, NULL, 0);
-	pgq_open_indexes(rri, scan.heap);
-	MemoryContextSwitchTo(oldcxt);
+	rri = pgq_result_rel(estate, scan.heap);
 	newslot = table_slot_create(scan.heap, NULL);
 
 	for (int pass = 0; pass < 2 && n < limit; pass++)

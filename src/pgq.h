@@ -233,7 +233,7 @@ extern bool pgq_lookup_item(int64 item_id, PgqGroup *group);
 /* blockscan.c */
 extern Relation pgq_open_rel(const char *name, LOCKMODE lockmode);
 extern Oid	pgq_rel_oid(const char *name);
-extern void pgq_open_indexes(ResultRelInfo *rri, Relation rel);
+extern ResultRelInfo *pgq_result_rel(EState *estate, Relation rel);
 extern void pgq_block_scan_open(PgqBlockScan *scan, const char *index_name,
 								LOCKMODE lockmode);
 extern void pgq_block_scan_keys(PgqBlockScan *scan, ScanKey keys, int nkeys);
