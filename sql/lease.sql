@@ -255,6 +255,40 @@ SELECT pgq.release(:o0, attempt => 1);
 SELECT block_id - :o0 AS rel, attempt FROM pgq.claim('o');
 COMMIT;
 
+-- Claims are HOT updates: no index names a column that a claim changes, and
+-- pgq.blocks keeps room on its pages for the claimed blocks' new versions.
+SELECT pgq.create_group('h', 'SELECT g FROM generate_series(1, 300) g', 1,
+                        mode => 'lease');
+BEGIN;
+SELECT pg_stat_get_xact_tuples_updated('pgq.blocks'::regclass) AS upd0,
+       pg_stat_get_xact_tuples_hot_updated('pgq.blocks'::regclass) AS hot0 \gset
+SELECT count(*) AS claimed FROM pgq.claim('h', 100);
+SELECT pg_stat_get_xact_tuples_updated('pgq.blocks'::regclass) - :upd0 AS updated,
+       pg_stat_get_xact_tuples_hot_updated('pgq.blocks'::regclass) - :hot0 AS hot;
+COMMIT;
+
+-- A look for due blocks walks a group up to the highest block in flight
+-- that shared memory knows of.  SQL that makes a block claimed or due
+-- raises it at commit (the blocks_inflight trigger): a lease that ran out
+-- beyond the blocks claimed so far is found, and taken first.
+SELECT pgq.create_group('u', 'SELECT g FROM generate_series(1, 6) g', 1,
+                        mode => 'lease');
+SELECT min(block_id) AS u0 FROM pgq.blocks JOIN pgq.groups USING (group_id)
+WHERE group_name = 'u' \gset
+SELECT block_id - :u0 AS rel, attempt FROM pgq.claim('u');
+UPDATE pgq.blocks SET state = 'c', attempt = 1,
+                      lease_until = now() - interval '1 second'
+WHERE block_id = :u0 + 4;
+SELECT block_id - :u0 AS rel, attempt FROM pgq.claim('u');
+-- a retry made due by hand beyond it, in a transaction that then claims:
+-- its own look walks that far before the commit
+BEGIN;
+UPDATE pgq.blocks SET state = 'r', attempt = 1,
+                      lease_until = now() - interval '1 second'
+WHERE block_id = :u0 + 5;
+SELECT block_id - :u0 AS rel, attempt FROM pgq.claim('u');
+COMMIT;
+
 -- transaction mode has no complete, with claim as without
 BEGIN;
 SELECT * FROM pgq.claim('t', complete => :t0);
@@ -262,5 +296,6 @@ ROLLBACK;
 
 SELECT pgq.drop_group('l'), pgq.drop_group('e'), pgq.drop_group('r'),
        pgq.drop_group('t'), pgq.drop_group('d'), pgq.drop_group('k'),
-       pgq.drop_group('m'), pgq.drop_group('o');
+       pgq.drop_group('m'), pgq.drop_group('o'), pgq.drop_group('h'),
+       pgq.drop_group('u');
 SELECT count(*) AS blocks FROM pgq.blocks;

@@ -556,31 +556,37 @@ lock_pending(const PgqGroup *group, int64 from, int limit,
 }
 
 /*
- * Lock up to "limit" blocks whose retry came due, oldest first, through the
- * due index.  Due blocks that others hold stay in the way: look a little
- * further than "limit", but not through all of them.
+ * Lock up to "limit" blocks whose retry came due, oldest first, as a walk of
+ * the group's blocks in flight finds them (pgq_block_due_walk()).  Due
+ * blocks that others hold stay in the way: look a little further than
+ * "limit", but not through all of them.
  */
 static int
 lock_due(const PgqGroup *group, int limit, ClaimedBlock *blocks,
 		 MemoryContext cxt)
 {
-	PgqBlockScan scan;
-	ScanKeyData keys[2];
-	int64		last;
-	bool		stop = false;
-	int			n;
+	PgqDueBlock *due;
 	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz earliest;
+	int			ndue;
+	int			n = 0;
 
 	if (!pgq_block_due_possible(&group->ref, now))
 		return 0;
-
-	pgq_block_scan_open(&scan, "blocks_due_idx", AccessShareLock);
-	pgq_block_due_keys(keys, group->ref.group_id, now);
-	pgq_block_scan_keys(&scan, keys, 2);
-	n = lock_candidates(group, &scan, "cr", limit,
-						Min(limit + PGQ_ADVISORY_BATCH, INT_MAX / 2),
-						blocks, cxt, &last, &stop);
-	pgq_block_scan_close(&scan);
+	ndue = pgq_block_due_walk(&group->ref, now,
+							  Min(limit + PGQ_ADVISORY_BATCH, INT_MAX / 2),
+							  &due, &earliest);
+	for (int i = 0; i < ndue && n < limit; i++)
+	{
+		reserve_held();
+		pgq_xact_reserve(1);
+		if (!may_lock_more(n))
+			break;
+		if (take_block(group, due[i].block_id, NULL, &blocks[n], cxt))
+			n++;
+	}
+	if (due != NULL)
+		pfree(due);
 	return n;
 }
 

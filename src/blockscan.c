@@ -36,6 +36,7 @@
 #include "catalog/pg_class.h"
 #include "executor/executor.h"
 #include "executor/tuptable.h"
+#include "lib/binaryheap.h"
 #include "nodes/nodeFuncs.h"
 #include "optimizer/optimizer.h"
 #include "miscadmin.h"
@@ -90,7 +91,6 @@ static OwnRel own_rels[] = {
 	{"blocks", RELKIND_RELATION, InvalidOid},
 	{"blocks_pkey", RELKIND_INDEX, InvalidOid},
 	{"blocks_block_id_idx", RELKIND_INDEX, InvalidOid},
-	{"blocks_due_idx", RELKIND_INDEX, InvalidOid},
 	{"items", RELKIND_RELATION, InvalidOid},
 	{"items_key_idx", RELKIND_INDEX, InvalidOid},
 	{"block_id_seq", RELKIND_SEQUENCE, InvalidOid},
@@ -683,52 +683,166 @@ pgq_block_delete(int64 group_id, int64 block_id, const int32 *attempt)
 	}
 }
 
-/*
- * Keys for a group's blocks whose lease ran out or whose retry came due by
- * "now", on blocks_due_idx (group_id, lease_until).
- */
-void
-pgq_block_due_keys(ScanKey keys, int64 group_id, TimestampTz now)
+/* Order due blocks by deadline, then block id: the order claims take them in. */
+static int
+compare_due(const void *a, const void *b)
 {
+	const PgqDueBlock *x = (const PgqDueBlock *) a;
+	const PgqDueBlock *y = (const PgqDueBlock *) b;
+
+	if (x->due != y->due)
+		return x->due < y->due ? -1 : 1;
+	if (x->block_id != y->block_id)
+		return x->block_id < y->block_id ? -1 : 1;
+	return 0;
+}
+
+/* binaryheap comparator: the latest deadline of the kept ones on top */
+static int
+compare_due_nodes(Datum a, Datum b, void *arg)
+{
+	const PgqDueBlock *due = (const PgqDueBlock *) arg;
+
+	return compare_due(&due[DatumGetInt32(a)], &due[DatumGetInt32(b)]);
+}
+
+/*
+ * Walk the group's blocks that may be claimed under a lease or wait for a
+ * retry (state 'c' or 'r' with a deadline in lease_until): the primary key
+ * from the start of the group up to the bound that shared memory keeps, or
+ * the whole group when the bound is not known, which then sets it (see
+ * pgq_inflight_bound()).  No index is kept on the deadlines: a lease claim
+ * changes them, and would then not be a HOT update.  Dead-lettered blocks
+ * and the dead index entries of consumed ones below the bound are walked
+ * too.
+ *
+ * *earliest gets the first deadline found (DT_NOEND: none).  With max > 0,
+ * *due gets (palloc'd) up to "max" of the blocks due by "now", earliest
+ * deadline first, and their count is returned.  With max 0, the walk ends
+ * at the first due block if the bound is known.
+ */
+int
+pgq_block_due_walk(const PgqGroupRef *group, TimestampTz now, int max,
+				   PgqDueBlock **due, TimestampTz *earliest)
+{
+	PgqBlockScan scan;
+	ScanKeyData keys[2];
+	int64		bound;
+	int64		highest = 0;
+	uint64		gen;
+	bool		known;
+	PgqDueBlock *kept = NULL;	/* grown as needed, up to "max" */
+	int			nkept = 0;
+	binaryheap *heap = NULL;	/* once "max" are kept, over them */
+	int			n = 0;
+
+	*earliest = DT_NOEND;
+	if (due != NULL)
+		*due = NULL;
+
+	/* before the snapshot: a block claimed after it was counted in */
+	known = pgq_inflight_bound(group, &bound, &gen);
+	if (known)
+		bound = Max(bound, pgq_xact_inflight_highest(group->group_id));
+
+	pgq_block_scan_open(&scan, "blocks_pkey", AccessShareLock);
 	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_INT8EQ,
-				Int64GetDatum(group_id));
-	ScanKeyInit(&keys[1], 2, BTLessEqualStrategyNumber, F_TIMESTAMPTZ_LE,
-				TimestampTzGetDatum(now));
+				Int64GetDatum(group->group_id));
+	ScanKeyInit(&keys[1], 2, BTLessEqualStrategyNumber, F_INT8LE,
+				Int64GetDatum(bound));
+	pgq_block_scan_keys(&scan, keys, 2);
+	while (pgq_block_scan_next(&scan))
+	{
+		bool		isnull;
+		char		state = DatumGetChar(pgq_block_attr(&scan, Anum_blocks_state,
+														&isnull));
+		TimestampTz deadline;
+		PgqDueBlock this;
+
+		if (state != PGQ_BLOCK_CLAIMED && state != 'r')
+			continue;
+		this.block_id = DatumGetInt64(pgq_block_attr(&scan, Anum_blocks_block_id,
+													 &isnull));
+		highest = Max(highest, this.block_id);
+		deadline = DatumGetTimestampTz(pgq_block_attr(&scan,
+													  Anum_blocks_lease_until,
+													  &isnull));
+		if (isnull)
+			continue;
+		*earliest = Min(*earliest, deadline);
+		if (deadline > now)
+			continue;
+		if (max == 0)
+		{
+			if (known)
+				break;
+			continue;
+		}
+
+		/* due: keep it if it is one of the "max" earliest so far */
+		this.due = deadline;
+		this.tid = scan.slot->tts_tid;
+		if (n < max)
+		{
+			if (n == nkept)
+			{
+				nkept = Min(Max(16, nkept * 2), max);
+				kept = kept == NULL ? palloc(nkept * sizeof(PgqDueBlock)) :
+					repalloc(kept, nkept * sizeof(PgqDueBlock));
+			}
+			kept[n++] = this;
+		}
+		else
+		{
+			int			top;
+
+			if (heap == NULL)
+			{
+				heap = binaryheap_allocate(max, compare_due_nodes, kept);
+				for (int i = 0; i < max; i++)
+					binaryheap_add_unordered(heap, Int32GetDatum(i));
+				binaryheap_build(heap);
+			}
+			top = DatumGetInt32(binaryheap_first(heap));
+			if (compare_due(&this, &kept[top]) < 0)
+			{
+				kept[top] = this;
+				binaryheap_replace_first(heap, Int32GetDatum(top));
+			}
+		}
+	}
+	pgq_block_scan_close(&scan);
+
+	if (!known)
+		pgq_inflight_found(group, gen, highest);
+	if (heap != NULL)
+		binaryheap_free(heap);
+	if (n > 0)
+		qsort(kept, n, sizeof(PgqDueBlock), compare_due);
+	if (due != NULL)
+		*due = kept;
+	else if (kept != NULL)
+		pfree(kept);
+	return n;
 }
 
 /*
  * Has the group a block whose lease ran out or whose retry came due by
- * "now"?  *earliest gets the first deadline of the group's due index (a
- * lease's end or a retry's time; DT_NOEND if there is none): until then no
- * claim need look again.
+ * "now"?  *earliest gets the first deadline of the group (a lease's end or a
+ * retry's time; DT_NOEND if there is none): until then no claim need look
+ * again.
  */
 static bool
-any_due(int64 group_id, TimestampTz now, TimestampTz *earliest)
+any_due(const PgqGroupRef *group, TimestampTz now, TimestampTz *earliest)
 {
-	PgqBlockScan scan;
-	ScanKeyData keys[2];
-
-	*earliest = DT_NOEND;
-	pgq_block_scan_open(&scan, "blocks_due_idx", AccessShareLock);
-	/* every deadline of the group, the first one first */
-	pgq_block_due_keys(keys, group_id, DT_NOEND);
-	pgq_block_scan_keys(&scan, keys, 2);
-	if (pgq_block_scan_next(&scan))
-	{
-		bool		isnull;
-
-		*earliest = DatumGetTimestampTz(pgq_block_attr(&scan,
-													   Anum_blocks_lease_until,
-													   &isnull));
-	}
-	pgq_block_scan_close(&scan);
+	(void) pgq_block_due_walk(group, now, 0, NULL, earliest);
 	return *earliest <= now;
 }
 
 /*
  * Might a claim at "now" find a block of the group whose lease ran out or
  * whose retry came due?  Not before the earliest deadline that the last look
- * at the due index found (see pgq_due_none()); otherwise look, and remember
+ * for due blocks found (see pgq_due_none()); otherwise look, and remember
  * what the look found.  A transaction that updated pgq.blocks itself (a
  * release, say) looks every time, and keeps what it sees to itself.
  */
@@ -739,10 +853,10 @@ pgq_block_due_possible(const PgqGroupRef *group, TimestampTz now)
 	TimestampTz earliest;
 
 	if (pgq_xact_updated_blocks())
-		return any_due(group->group_id, now, &earliest);
+		return any_due(group, now, &earliest);
 	if (pgq_due_none(group, now, &gen))
 		return false;
-	if (any_due(group->group_id, now, &earliest))
+	if (any_due(group, now, &earliest))
 		return true;
 	pgq_due_found(group, gen, now, earliest);
 	return false;

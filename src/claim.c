@@ -268,9 +268,10 @@ refresh_group(PgqGroup *group)
 
 /*
  * Can the group never yield another block?  Not while it is paused or
- * materializing; always once it failed.  Otherwise, true when no block is pending,
- * claimed under a lease or waiting for a retry, and no other session holds a
- * claim that it might give back.  Blocks below the hint are consumed or
+ * materializing; always once it failed.  Otherwise, true when no block is
+ * pending, claimed under a lease or waiting for a retry (only lease and
+ * advisory groups have those), and no other session holds a claim that it
+ * might give back.  Blocks below the hint are consumed or
  * held, so only the part from the hint on is looked at, through the
  * primary key: the range is a row comparison, which only an index that
  * starts with group_id can serve (a range of block ids alone, on the index
@@ -285,6 +286,7 @@ group_exhausted(PgqGroup *group)
 	int64		hint;
 	uint64		gen;
 	int64		own = 0;
+	TimestampTz deadline;
 	bool		isnull;
 	bool		exhausted;
 	int			rc;
@@ -294,10 +296,6 @@ group_exhausted(PgqGroup *group)
 		Oid			argtypes[2] = {INT8OID, INT8OID};
 
 		plan = pgq_keep_plan("SELECT EXISTS (SELECT FROM pgq.blocks "
-							 "WHERE group_id " OP("=") " $1 "
-							 "AND state " OP("=") " ANY ('{c,r}'::pg_catalog.\"char\"[]) "
-							 "AND lease_until IS NOT NULL) "
-							 "OR EXISTS (SELECT FROM pgq.blocks "
 							 "WHERE group_id " OP("=") " $1 "
 							 "AND (group_id, block_id) " OP(">=") " ($1, $2) "
 							 "AND state " OP("=") " 'p')",
@@ -323,6 +321,15 @@ group_exhausted(PgqGroup *group)
 		own = pgq_xact_own_in_flight(group->ref.group_id);
 	if (hint > 0 && !pgq_no_claims_by_others(&group->ref, own))
 		return false;
+
+	/* a lease that may run out, or a retry to come due */
+	if (group->mode != PGQ_MODE_TRANSACTION)
+	{
+		(void) pgq_block_due_walk(&group->ref, GetCurrentTimestamp(), 0,
+								  NULL, &deadline);
+		if (deadline != DT_NOEND)
+			return false;
+	}
 
 	values[0] = Int64GetDatum(group->ref.group_id);
 	values[1] = Int64GetDatum(hint);

@@ -12,8 +12,11 @@
  * higher, and the late holder's call changes nothing.
  *
  * A claim first takes blocks whose lease ran out or whose retry came due
- * (oldest first, from a partial index), then pending blocks from the group's
- * hint, like a transaction-mode claim.
+ * (oldest first), then pending blocks from the group's hint, like a
+ * transaction-mode claim.  No index names the columns a claim changes, and
+ * pgq.blocks leaves more than half of each page free (fillfactor 45): a
+ * claim is a HOT update, which writes no index entry.  Due blocks are found
+ * by walking the group's blocks in flight instead (pgq_block_due_walk()).
  *
  *-------------------------------------------------------------------------
  */
@@ -25,6 +28,7 @@
 #include "executor/executor.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
@@ -89,25 +93,38 @@ pgq_lease_xact_end(void)
 }
 
 /*
- * Take up to "limit" blocks whose lease ran out or whose retry came due.  A
- * block that already had its last attempt (its lease ran out, or it was
- * released) is dead-lettered instead.  The statement runs only if a look at
- * the due index finds such a block: usually there is none.
+ * Take up to "limit" blocks whose lease ran out or whose retry came due,
+ * oldest deadline first.  A block that already had its last attempt (its
+ * lease ran out, or it was released) is dead-lettered instead.  The
+ * statement runs only if a walk of the group's blocks in flight finds such
+ * blocks (pgq_block_due_walk()): usually there is none.  It is handed the
+ * row versions the walk saw, and takes those that are still due and that no
+ * other transaction is changing.
  */
 static int
 claim_due(const PgqGroup *group, int limit, TimestampTz now,
 		  TimestampTz until, ClaimedBlock *blocks, MemoryContext cxt)
 {
 	static SPIPlanPtr plan = NULL;
-	Datum		values[5];
+	Datum		values[6];
+	PgqDueBlock *due;
+	Datum	   *tids;
+	TimestampTz earliest;
+	int			ndue;
 	int			n = 0;
 
 	if (!pgq_block_due_possible(&group->ref, now))
 		return 0;
+	/* some candidates may be held by other claims: take a few more */
+	ndue = pgq_block_due_walk(&group->ref, now,
+							  Min(limit, INT_MAX / 4) * 2 + 16, &due,
+							  &earliest);
+	if (ndue == 0)
+		return 0;
 	if (plan == NULL)
 	{
-		Oid			argtypes[5] = {INT8OID, INT4OID, TIMESTAMPTZOID,
-		TIMESTAMPTZOID, INT4OID};
+		Oid			argtypes[6] = {INT8OID, INT4OID, TIMESTAMPTZOID,
+		TIMESTAMPTZOID, INT4OID, TIDARRAYOID};
 
 		plan = pgq_keep_plan("UPDATE pgq.blocks b SET "
 							 "state = CASE WHEN b.attempt " OP(">=") " $5 "
@@ -125,19 +142,26 @@ claim_due(const PgqGroup *group, int limit, TimestampTz now,
 							 "'released on its last attempt') END "
 							 "WHERE b.ctid " OP("=") " ANY (ARRAY("
 							 "SELECT ctid FROM pgq.blocks "
-							 "WHERE group_id " OP("=") " $1 "
+							 "WHERE ctid " OP("=") " ANY ($6) "
+							 "AND group_id " OP("=") " $1 "
 							 "AND state " OP("=") " ANY ('{c,r}'::pg_catalog.\"char\"[]) "
 							 "AND lease_until " OP("<=") " $3 "
-							 "ORDER BY group_id, lease_until LIMIT $2 "
+							 "ORDER BY lease_until, block_id LIMIT $2 "
 							 "FOR UPDATE SKIP LOCKED)) "
 							 "RETURNING b.block_id, b.ids, b.attempt, b.state",
-							 5, argtypes);
+							 6, argtypes);
 	}
 
+	tids = palloc(ndue * sizeof(Datum));
+	for (int i = 0; i < ndue; i++)
+		tids[i] = PointerGetDatum(&due[i].tid);
 	values[0] = Int64GetDatum(group->ref.group_id);
 	values[2] = TimestampTzGetDatum(now);
 	values[3] = TimestampTzGetDatum(until);
 	values[4] = Int32GetDatum(group->max_attempts);
+	values[5] = PointerGetDatum(construct_array(tids, ndue, TIDOID,
+												sizeof(ItemPointerData), false,
+												TYPALIGN_SHORT));
 
 	/* dead-lettered blocks do not count: look again for the rest */
 	while (n < limit)
@@ -157,6 +181,8 @@ claim_due(const PgqGroup *group, int limit, TimestampTz now,
 		/* some were: that must stay, even if nothing else is claimed */
 		pgq_claim_changed_more();
 	}
+	pfree(tids);
+	pfree(due);
 	return n;
 }
 
@@ -188,7 +214,8 @@ claim_pending(const PgqGroup *group, int64 from, int limit,
 	 * that a waiting claim's attempts do not pile them up.  With no range
 	 * table entry, the index AMs are not told which columns changed: they
 	 * take every update as not changing their keys, a hint for cleanup
-	 * only, and true of all but blocks_due_idx.
+	 * only, and true of every index of pgq.blocks.  Mostly there are no
+	 * entries to add: the update is HOT when the block's page has room.
 	 */
 	estate = CreateExecutorState();
 	rri = pgq_result_rel(estate, scan.heap);

@@ -106,6 +106,14 @@ typedef struct ClaimedBlock
 	int32		priority;		/* items: the claim order */
 } ClaimedBlock;
 
+/* A block whose lease ran out or whose retry came due (blockscan.c) */
+typedef struct PgqDueBlock
+{
+	int64		block_id;
+	ItemPointerData tid;		/* the row version the walk saw */
+	TimestampTz due;
+} PgqDueBlock;
+
 /* field4 of the advisory lock tags pgq takes on group names (group.c) */
 #define PGQ_LOCK_GROUP_NAME	20564
 
@@ -245,7 +253,9 @@ extern void pgq_block_scan_claim_pass(PgqBlockScan *scan, int64 group_id,
 extern void pgq_block_key(ScanKey keys, int64 group_id, int64 block_id);
 extern Datum pgq_block_attr(PgqBlockScan *scan, AttrNumber attnum,
 							bool *isnull);
-extern void pgq_block_due_keys(ScanKey keys, int64 group_id, TimestampTz now);
+extern int	pgq_block_due_walk(const PgqGroupRef *group, TimestampTz now,
+							   int max, PgqDueBlock **due,
+							   TimestampTz *earliest);
 extern bool pgq_block_due_possible(const PgqGroupRef *group, TimestampTz now);
 extern bool pgq_block_group_id(int64 block_id, int64 *group_id);
 extern bool pgq_block_delete(int64 group_id, int64 block_id,
@@ -346,6 +356,11 @@ extern void pgq_due_found(const PgqGroupRef *group, uint64 gen,
 						  TimestampTz now, TimestampTz earliest);
 extern void pgq_due_lower(const PgqGroupRef *group, TimestampTz until);
 extern void pgq_due_forget_all(Oid dbid);
+extern bool pgq_inflight_bound(const PgqGroupRef *group, int64 *bound,
+							   uint64 *gen);
+extern void pgq_inflight_found(const PgqGroupRef *group, uint64 gen,
+							   int64 highest);
+extern void pgq_inflight_raise(Oid dbid, int64 group_id, int64 block_id);
 extern int64 pgq_claimed_add(const PgqGroupRef *group, int64 delta);
 extern bool pgq_claimed_get(const PgqGroupRef *group, int64 *claimed);
 extern void pgq_group_forget(Oid dbid, int64 group_id);
@@ -366,6 +381,7 @@ extern void pgq_xact_remember_lease(const PgqGroupRef *group,
 									const ClaimedBlock *blocks, int n,
 									TimestampTz until);
 extern bool pgq_xact_updated_blocks(void);
+extern int64 pgq_xact_inflight_highest(int64 group_id);
 extern void pgq_xact_remember_drop(const PgqGroupRef *group);
 extern void pgq_xact_unlock_at_commit(const PgqGroupRef *group, int64 block_id);
 extern bool pgq_xact_unlocking(int64 block_id);

@@ -16,12 +16,21 @@
  *			past the returned block
  *	claimed	blocks claimed by transactions that have not ended yet
  *	due_from  no lease runs out and no retry comes due before this time, as
- *			a look at blocks_due_idx found at due_checked; claims of lease and
- *			advisory groups skip that index until then, for at most
+ *			a look for due blocks found at due_checked; claims of lease and
+ *			advisory groups do not look again until then, for at most
  *			PGQ_DUE_TRUST.  The commit of a lease claim lowers it, the
  *			commit of an UPDATE of pgq.blocks (release, fail, extend,
  *			anyone's by hand) forgets it; due_gen keeps a look that raced
  *			with either from recording what it found.
+ *	inflight_max  no block above it is claimed under a lease or waits for
+ *			a retry (state 'c' or 'r'), once inflight_known: a look for due
+ *			blocks walks the group's primary key only up to there, since
+ *			no index is kept on the deadlines (claims would not be HOT
+ *			updates).  The commit of a lease claim raises it, and so does
+ *			the commit of SQL that made such blocks (pgq.blocks_inflight(),
+ *			a row trigger).  A new entry does not know it: the first look
+ *			walks the whole group and sets it, unless the entry was made
+ *			again meanwhile (inflight_gen).
  *
  * The hash table holds at most pgq.max_groups entries.  When it is full, the
  * entry of a group without claims in flight makes room; when every entry has
@@ -47,7 +56,7 @@
 
 #include "pgq.h"
 
-#define PGQ_SHMEM_VERSION	1
+#define PGQ_SHMEM_VERSION	2
 
 typedef struct PgqGroupKey
 {
@@ -67,10 +76,13 @@ typedef struct PgqGroupEntry
 	TimestampTz due_from;
 	TimestampTz due_checked;	/* 0: due_from is not known */
 	uint64		due_gen;
+	int64		inflight_max;
+	bool		inflight_known;
+	uint64		inflight_gen;
 } PgqGroupEntry;
 
 /*
- * How long a look at the due index is trusted: the bound on how late a claim
+ * How long a look for due blocks is trusted: the bound on how late a claim
  * sees a deadline that no commit announced (one changed by a prepared
  * transaction, or by an UPDATE with the trigger disabled), or one that a
  * transaction's own look missed because the transaction then rolled back a
@@ -235,6 +247,9 @@ entry_lock(const PgqGroupRef *group, bool create)
 		entry->due_from = 0;
 		entry->due_checked = 0;
 		entry->due_gen = pg_atomic_fetch_add_u64(&pgq_state->gen_seed, 1);
+		entry->inflight_max = 0;
+		entry->inflight_known = false;
+		entry->inflight_gen = pg_atomic_fetch_add_u64(&pgq_state->gen_seed, 1);
 	}
 
 	/* returned with the lock held exclusively: the caller only releases it */
@@ -302,9 +317,9 @@ pgq_hint_lower(const PgqGroupRef *group, int64 block_id)
 }
 
 /*
- * May a claim at "now" skip the group's due index, since its last look found
- * nothing due before a later time?  If not, *gen gets the generation to hand
- * to pgq_due_found() after the look.
+ * May a claim at "now" skip looking for the group's due blocks, since the
+ * last look found nothing due before a later time?  If not, *gen gets the
+ * generation to hand to pgq_due_found() after the look.
  */
 bool
 pgq_due_none(const PgqGroupRef *group, TimestampTz now, uint64 *gen)
@@ -325,7 +340,7 @@ pgq_due_none(const PgqGroupRef *group, TimestampTz now, uint64 *gen)
 }
 
 /*
- * A look at the due index at "now", begun at generation "gen", found no
+ * A look for due blocks at "now", begun at generation "gen", found no
  * block due before "earliest" (DT_NOEND: none at all).  Remember it, unless
  * something made a block due sooner meanwhile.
  */
@@ -349,7 +364,7 @@ pgq_due_found(const PgqGroupRef *group, uint64 gen, TimestampTz now,
 
 /*
  * A transaction whose lease claims end at "until" committed: claims must
- * look at the due index again by then.  A look that began before, and whose
+ * look for due blocks again by then.  A look that began before, and whose
  * snapshot may not show these leases, must not record what it found.  Safe
  * in transaction callbacks: it allocates nothing and cannot fail.
  */
@@ -371,7 +386,7 @@ pgq_due_lower(const PgqGroupRef *group, TimestampTz until)
 /*
  * A transaction that ran an UPDATE of pgq.blocks committed: any deadline of
  * any group of database "dbid" may have changed, so their next claims look
- * at the due index.  Safe in transaction callbacks: it allocates nothing and
+ * for due blocks.  Safe in transaction callbacks: it allocates nothing and
  * cannot fail.
  */
 void
@@ -391,6 +406,87 @@ pgq_due_forget_all(Oid dbid)
 		SpinLockAcquire(&entry->mutex);
 		entry->due_checked = 0;
 		entry->due_gen = pg_atomic_fetch_add_u64(&pgq_state->gen_seed, 1);
+		SpinLockRelease(&entry->mutex);
+	}
+	LWLockRelease(pgq_state->lock);
+}
+
+/*
+ * The highest block id of the group that may be claimed under a lease or wait
+ * for a retry, into *bound; PG_INT64_MAX, and false, if that is not known.
+ * Then *gen is to be handed to pgq_inflight_found() with what a walk of the
+ * whole group found.  Read it before the walk takes its snapshot: a claim
+ * raises the bound once its commit is visible, so a block that the snapshot
+ * does not show yet is counted in by then, and pgq_inflight_found() keeps
+ * the higher of the two.
+ */
+bool
+pgq_inflight_bound(const PgqGroupRef *group, int64 *bound, uint64 *gen)
+{
+	PgqGroupEntry *entry = entry_lock(group, true);
+	bool		known = false;
+
+	*bound = PG_INT64_MAX;
+	*gen = 0;
+	if (entry == NULL)
+		return false;
+	SpinLockAcquire(&entry->mutex);
+	if (entry->inflight_known)
+	{
+		*bound = entry->inflight_max;
+		known = true;
+	}
+	*gen = entry->inflight_gen;
+	SpinLockRelease(&entry->mutex);
+	LWLockRelease(pgq_state->lock);
+	return known;
+}
+
+/*
+ * A walk of the whole group, which read generation "gen" from
+ * pgq_inflight_bound() before it began, found no block above "highest"
+ * claimed under a lease or waiting for a retry: from now on the bound is
+ * known.
+ */
+void
+pgq_inflight_found(const PgqGroupRef *group, uint64 gen, int64 highest)
+{
+	PgqGroupEntry *entry = entry_lock(group, false);
+
+	if (entry == NULL)
+		return;
+	SpinLockAcquire(&entry->mutex);
+	if (entry->inflight_gen == gen)
+	{
+		entry->inflight_max = Max(entry->inflight_max, highest);
+		entry->inflight_known = true;
+	}
+	SpinLockRelease(&entry->mutex);
+	LWLockRelease(pgq_state->lock);
+}
+
+/*
+ * Block block_id of group group_id (of database dbid, of any incarnation) is
+ * about to be claimed under a lease or to wait for a retry: raise the bound
+ * of pgq_inflight_bound() to it.  Without an entry there is nothing to
+ * raise: a new entry starts out not knowing the bound.
+ */
+void
+pgq_inflight_raise(Oid dbid, int64 group_id, int64 block_id)
+{
+	PgqGroupKey key;
+	PgqGroupEntry *entry;
+
+	if (!pgq_shmem_ready())
+		return;
+	make_key(&key, dbid, group_id);
+	LWLockAcquire(pgq_state->lock, LW_SHARED);
+	entry = hash_search(pgq_groups, &key, HASH_FIND, NULL);
+	if (entry != NULL)
+	{
+		SpinLockAcquire(&entry->mutex);
+		if (entry->inflight_max < block_id)
+			entry->inflight_max = block_id;
 		SpinLockRelease(&entry->mutex);
 	}
 	LWLockRelease(pgq_state->lock);

@@ -250,18 +250,21 @@ pgq_launcher_main(Datum arg)
 
 /*
  * Wake the waiting claims of groups that have leases run out, retries come
- * due or delayed items come due: no transaction announces those.
+ * due or delayed items come due: no transaction announces those.  Blocks
+ * are looked for as claims look for them, walking the blocks in flight of
+ * each lease or advisory group (pgq_block_due_possible()); items through
+ * their due index.
  */
 static void
 wake_due_groups(void)
 {
+	TimestampTz now = GetCurrentTimestamp();
 	int			rc;
 
-	rc = SPI_execute("SELECT g.group_id, g.created_at FROM pgq.groups g "
-					 "WHERE EXISTS (SELECT FROM pgq.blocks b "
-					 "WHERE b.group_id " OP("=") " g.group_id "
-					 "AND b.state " OP("=") " ANY ('{c,r}'::pg_catalog.\"char\"[]) "
-					 "AND b.lease_until " OP("<=") " pg_catalog.now()) "
+	rc = SPI_execute("SELECT g.group_id, g.created_at, g.kind " OP("=") " 'query' "
+					 "FROM pgq.groups g "
+					 "WHERE g.kind " OP("=") " 'query' "
+					 "AND g.mode " OP("<>") " 'transaction' "
 					 "OR EXISTS (SELECT FROM pgq.items i "
 					 "WHERE i.group_id " OP("=") " g.group_id "
 					 "AND i.state " OP("=") " ANY ('{c,r}'::pg_catalog.\"char\"[]) "
@@ -272,10 +275,16 @@ wake_due_groups(void)
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
 		PgqGroupRef group;
+		bool		isnull;
+		bool		blocks;
 
 		pgq_group_ref_from_tuple(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
 								 1, &group);
-		pgq_wake_group(&group);
+		blocks = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[i],
+											SPI_tuptable->tupdesc, 3,
+											&isnull));
+		if (!blocks || pgq_block_due_possible(&group, now))
+			pgq_wake_group(&group);
 	}
 }
 

@@ -27,15 +27,18 @@
  */
 #include "postgres.h"
 
+#include "access/htup_details.h"
 #include "access/xact.h"
 #include "commands/trigger.h"
 #include "miscadmin.h"
 #include "utils/memutils.h"
+#include "utils/rel.h"
 #include "utils/timestamp.h"
 
 #include "pgq.h"
 
 PG_FUNCTION_INFO_V1(pgq_blocks_changed);
+PG_FUNCTION_INFO_V1(pgq_blocks_inflight);
 
 /*
  * What a record stands for.  Undoing a claim or a drop may leave a claimable
@@ -72,7 +75,23 @@ static int	ncounted = 0;		/* PGQ_REC_CLAIM records */
 static int	ndrops = 0;			/* PGQ_REC_DROP records */
 static bool updated_blocks = false;	/* see pgq_blocks_changed() */
 
+/*
+ * Blocks that SQL statements of the transaction made claimed under a lease
+ * or waiting for a retry (see pgq_blocks_inflight()): the highest block id
+ * per group, for pgq_inflight_raise() at commit.
+ */
+typedef struct InflightRows
+{
+	int64		group_id;
+	int64		highest;
+} InflightRows;
+
+static InflightRows *inflight = NULL;
+static int	ninflight = 0;
+static int	maxinflight = 0;
+
 static void pgq_xact_callback(XactEvent event, void *arg);
+static void raise_inflight(void);
 static void pgq_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 								 SubTransactionId parentSubid, void *arg);
 
@@ -229,6 +248,93 @@ pgq_blocks_changed(PG_FUNCTION_ARGS)
 	return PointerGetDatum(NULL);
 }
 
+/*
+ * pgq.blocks_inflight(), the row trigger BEFORE INSERT OR UPDATE of
+ * pgq.blocks for rows that become claimed under a lease or wait for a retry
+ * (its WHEN clause): pgq's own statements (release, fail, a claim of due
+ * blocks) or someone's by hand.  Looks for due blocks walk a group only up
+ * to the highest such block that shared memory knows of, so at commit the
+ * row's block id is added there (pgq_inflight_raise()).  Lease claims, which
+ * do not run SQL, do the same with their records (settle_claims()).
+ */
+Datum
+pgq_blocks_inflight(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+	HeapTuple	tuple;
+	TupleDesc	tupdesc;
+	bool		isnull;
+	int64		group_id;
+	int64		block_id;
+	int			i;
+
+	if (!CALLED_AS_TRIGGER(fcinfo) ||
+		!TRIGGER_FIRED_BEFORE(trigdata->tg_event) ||
+		!TRIGGER_FIRED_FOR_ROW(trigdata->tg_event) ||
+		TRIGGER_FIRED_BY_DELETE(trigdata->tg_event))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("pgq.blocks_inflight() can only be called as a BEFORE INSERT OR UPDATE ... FOR EACH ROW trigger")));
+
+	tuple = TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) ?
+		trigdata->tg_newtuple : trigdata->tg_trigtuple;
+	tupdesc = RelationGetDescr(trigdata->tg_relation);
+	group_id = DatumGetInt64(heap_getattr(tuple, Anum_blocks_group_id,
+										  tupdesc, &isnull));
+	block_id = DatumGetInt64(heap_getattr(tuple, Anum_blocks_block_id,
+										  tupdesc, &isnull));
+
+	for (i = 0; i < ninflight; i++)
+		if (inflight[i].group_id == group_id)
+			break;
+	if (i == ninflight)
+	{
+		if (ninflight == maxinflight)
+		{
+			int			newmax = Max(4, maxinflight * 2);
+
+			if (inflight == NULL)
+				inflight = MemoryContextAlloc(TopTransactionContext,
+											  newmax * sizeof(InflightRows));
+			else
+				inflight = repalloc(inflight, newmax * sizeof(InflightRows));
+			maxinflight = newmax;
+		}
+		inflight[i].group_id = group_id;
+		inflight[i].highest = block_id;
+		ninflight++;
+	}
+	else if (inflight[i].highest < block_id)
+		inflight[i].highest = block_id;
+	return PointerGetDatum(tuple);
+}
+
+/*
+ * The highest block that SQL statements of this transaction made claimed
+ * under a lease or waiting for a retry in the group; 0 if none.  Its own
+ * looks for due blocks walk that far already.
+ */
+int64
+pgq_xact_inflight_highest(int64 group_id)
+{
+	for (int i = 0; i < ninflight; i++)
+		if (inflight[i].group_id == group_id)
+			return inflight[i].highest;
+	return 0;
+}
+
+/*
+ * Add what pgq_blocks_inflight() saw to shared memory.  Safe in transaction
+ * callbacks: it allocates nothing and cannot fail.
+ */
+static void
+raise_inflight(void)
+{
+	for (int i = 0; i < ninflight; i++)
+		pgq_inflight_raise(MyDatabaseId, inflight[i].group_id,
+						   inflight[i].highest);
+}
+
 /* Did this transaction (or a live subtransaction) claim block_id in transaction mode? */
 bool
 pgq_xact_claimed(int64 block_id)
@@ -312,6 +418,7 @@ settle_claims(int first, bool undone)
 		const PgqGroupRef *group = &claims[i].group;
 		int64		lowest = PG_INT64_MAX;
 		TimestampTz until = DT_NOEND;	/* the first committed lease end */
+		int64		leased = 0; /* the highest block taken under a lease */
 		int64		counted = 0;	/* in the shared claimed count */
 		int			claims_here = 0;	/* transaction-mode claims */
 		bool		wake = undone;
@@ -334,7 +441,10 @@ settle_claims(int first, bool undone)
 				case PGQ_REC_LEASE:
 					counted++;
 					if (claims[j].until != 0)
+					{
 						until = Min(until, claims[j].until);
+						leased = Max(leased, claims[j].block_id);
+					}
 					break;
 				case PGQ_REC_UNLOCK:
 					if (!undone)
@@ -354,7 +464,11 @@ settle_claims(int first, bool undone)
 		if (undone && lowest != PG_INT64_MAX)
 			pgq_hint_lower(group, lowest);
 		if (!undone && until != DT_NOEND)
+		{
+			/* now that the leases are visible: see pgq_block_due_walk() */
+			pgq_inflight_raise(group->dbid, group->group_id, leased);
 			pgq_due_lower(group, until);
+		}
 
 		/*
 		 * A commit that leaves no claim in flight may have left the group
@@ -417,11 +531,14 @@ pgq_xact_callback(XactEvent event, void *arg)
 			/* keep the records: PREPARE may still fail, and then abort */
 			return;
 		case XACT_EVENT_PREPARE:
+			/* early, but a bound that is too high is only slower */
+			raise_inflight();
 			pgq_lease_xact_end();
 			break;
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
 			/* before the waiters wake, so that their claims look again */
+			raise_inflight();
 			if (updated_blocks)
 				pgq_due_forget_all(MyDatabaseId);
 			settle_claims(0, false);
@@ -438,6 +555,9 @@ pgq_xact_callback(XactEvent event, void *arg)
 
 	/* TopTransactionContext is about to go away, and the records with it */
 	updated_blocks = false;
+	inflight = NULL;
+	ninflight = 0;
+	maxinflight = 0;
 	claims = NULL;
 	nclaims = 0;
 	maxclaims = 0;

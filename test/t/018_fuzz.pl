@@ -885,6 +885,12 @@ sub gen_blocks_changed
 		  . ' RETURNING block_id'));
 }
 
+# the row trigger function called directly: refused (39P01)
+sub gen_blocks_inflight
+{
+	return ('blocks_inflight', 'SELECT pgq.blocks_inflight()');
+}
+
 sub gen_pause
 {
 	my $fn = pick('pause', 'resume', 'resume');
@@ -956,7 +962,8 @@ my %generator_of = (
 	may_see => [ \&gen_may_see, 1 ], pause => [ \&gen_pause, 2 ],
 	purge => [ \&gen_purge, 2 ], rematerialize => [ \&gen_rematerialize, 1 ],
 	has_group_privilege => [ \&gen_has_group_privilege, 1 ],
-	blocks_changed => [ \&gen_blocks_changed, 1 ]);
+	blocks_changed => [ \&gen_blocks_changed, 1 ],
+	blocks_inflight => [ \&gen_blocks_inflight, 1 ]);
 my %installed = map { $_ => 1 } @pgq_functions;
 my @generators = (
 	(map { [ $generator_of{$_}[0], $generator_of{$_}[1] ] }
