@@ -233,7 +233,7 @@ SELECT pending, claimed, done FROM pgq.group_stats WHERE group_name = 'k';
 
 -- A claim's lease runs out with no UPDATE of pgq.blocks (a lease of one
 -- microsecond ends before the next statement): the claim that set it told
--- shared memory, so the next claim looks at the due index and takes the
+-- shared memory, so the next claim looks for due blocks and takes the
 -- block again instead of passing over it to the next one.
 SELECT pgq.create_group('m', 'SELECT g FROM generate_series(1, 2) g', 1,
                         mode => 'lease', lease => '1 microsecond');
@@ -288,6 +288,13 @@ UPDATE pgq.blocks SET state = 'r', attempt = 1,
 WHERE block_id = :u0 + 5;
 SELECT block_id - :u0 AS rel, attempt FROM pgq.claim('u');
 COMMIT;
+-- such a transaction cannot be prepared: shared memory learns of the block
+-- when it commits; the block stays pending
+BEGIN;
+UPDATE pgq.blocks SET state = 'r', attempt = 1, lease_until = now()
+WHERE block_id = :u0 + 2;
+PREPARE TRANSACTION 'lease_inflight';
+SELECT state FROM pgq.blocks WHERE block_id = :u0 + 2;
 
 -- transaction mode has no complete, with claim as without
 BEGIN;

@@ -557,7 +557,7 @@ lock_pending(const PgqGroup *group, int64 from, int limit,
 
 /*
  * Lock up to "limit" blocks whose retry came due, oldest first, as a walk of
- * the group's blocks in flight finds them (pgq_block_due_walk()).  Due
+ * the group's blocks in flight finds them (pgq_block_due()).  Due
  * blocks that others hold stay in the way: look a little further than
  * "limit", but not through all of them.
  */
@@ -566,16 +566,11 @@ lock_due(const PgqGroup *group, int limit, ClaimedBlock *blocks,
 		 MemoryContext cxt)
 {
 	PgqDueBlock *due;
-	TimestampTz now = GetCurrentTimestamp();
-	TimestampTz earliest;
 	int			ndue;
 	int			n = 0;
 
-	if (!pgq_block_due_possible(&group->ref, now))
-		return 0;
-	ndue = pgq_block_due_walk(&group->ref, now,
-							  Min(limit + PGQ_ADVISORY_BATCH, INT_MAX / 2),
-							  &due, &earliest);
+	ndue = pgq_block_due(&group->ref, GetCurrentTimestamp(),
+						 Min(limit + PGQ_ADVISORY_BATCH, INT_MAX / 2), &due);
 	for (int i = 0; i < ndue && n < limit; i++)
 	{
 		reserve_held();

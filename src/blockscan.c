@@ -11,8 +11,9 @@
  * index and table AMs instead.  They are safe to use because pgq owns the
  * table: it has no rules, policies or foreign keys to honour, and the
  * callers check the caller's privilege on the group before they change
- * anything.  Its one trigger, blocks_changed, is for UPDATEs in SQL; the
- * updates made here (lease claims) tell shared memory themselves, at commit.
+ * anything.  Its triggers, blocks_changed and blocks_inflight, are for
+ * changes made in SQL; the updates made here (lease claims) tell shared
+ * memory themselves, at commit.
  *
  * Each scan takes the snapshot a statement would: a new one in READ
  * COMMITTED, the transaction's in REPEATABLE READ and SERIALIZABLE (claims
@@ -34,6 +35,7 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_am.h"
 #include "catalog/pg_class.h"
+#include "commands/trigger.h"
 #include "executor/executor.h"
 #include "executor/tuptable.h"
 #include "lib/binaryheap.h"
@@ -707,30 +709,90 @@ compare_due_nodes(Datum a, Datum b, void *arg)
 }
 
 /*
+ * Is pgq.blocks_inflight there and enabled?  Without it (a database not yet
+ * updated from 0.1, or the trigger disabled), SQL can make blocks claimed or
+ * waiting beyond the bound that shared memory keeps without raising it.
+ */
+static bool
+inflight_trigger_enabled(Relation heap)
+{
+	TriggerDesc *trigdesc = heap->trigdesc;
+
+	if (trigdesc == NULL)
+		return false;
+	for (int i = 0; i < trigdesc->numtriggers; i++)
+	{
+		if (strcmp(trigdesc->triggers[i].tgname, "blocks_inflight") == 0)
+			return trigdesc->triggers[i].tgenabled != TRIGGER_DISABLED;
+	}
+	return false;
+}
+
+/*
+ * Learn the bound of the group's blocks in flight (see pgq_inflight_bound()),
+ * read at generation "gen", by walking the whole group: the highest block
+ * claimed under a lease or waiting for a retry.  The walk sees what is
+ * committed, and none of the current transaction's own changes: had it
+ * completed the highest block, say, and then rolled back, the block would
+ * lie above the bound.  Its own blocks count anyway (pgq_xact_inflight_highest()).
+ */
+static void
+learn_bound(const PgqGroupRef *group, uint64 gen)
+{
+	PgqBlockScan scan;
+	ScanKeyData keys[1];
+	int64		highest = 0;
+
+	pgq_block_scan_open(&scan, "blocks_pkey", AccessShareLock);
+
+	/*
+	 * A snapshot taken now, after the bound was read, in a copy of our own
+	 * (RegisterSnapshot() copies GetLatestSnapshot()'s), with no command of
+	 * the transaction's own visible.
+	 */
+	UnregisterSnapshot(scan.snapshot);
+	scan.snapshot = RegisterSnapshot(GetLatestSnapshot());
+	scan.snapshot->curcid = FirstCommandId;
+
+	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_INT8EQ,
+				Int64GetDatum(group->group_id));
+	pgq_block_scan_keys(&scan, keys, 1);
+	while (pgq_block_scan_next(&scan))
+	{
+		bool		isnull;
+		char		state = DatumGetChar(pgq_block_attr(&scan, Anum_blocks_state,
+														&isnull));
+
+		if (state == PGQ_BLOCK_CLAIMED || state == 'r')
+			highest = DatumGetInt64(pgq_block_attr(&scan, Anum_blocks_block_id,
+												   &isnull));
+	}
+	pgq_block_scan_close(&scan);
+	pgq_inflight_found(group, gen, highest);
+}
+
+/*
  * Walk the group's blocks that may be claimed under a lease or wait for a
  * retry (state 'c' or 'r' with a deadline in lease_until): the primary key
- * from the start of the group up to the bound that shared memory keeps, or
- * the whole group when the bound is not known, which then sets it (see
- * pgq_inflight_bound()).  No index is kept on the deadlines: a lease claim
- * changes them, and would then not be a HOT update.  Dead-lettered blocks
- * and the dead index entries of consumed ones below the bound are walked
- * too.
+ * from the start of the group up to the bound that shared memory keeps,
+ * which a walk of the whole group learns first if it is not known.  No
+ * index is kept on the deadlines: a lease claim changes them, and would
+ * then not be a HOT update.  Dead-lettered blocks and the dead index entries
+ * of consumed ones below the bound are walked too.
  *
  * *earliest gets the first deadline found (DT_NOEND: none).  With max > 0,
  * *due gets (palloc'd) up to "max" of the blocks due by "now", earliest
  * deadline first, and their count is returned.  With max 0, the walk ends
- * at the first due block if the bound is known.
+ * at the first due block, or with "any_deadline", at the first deadline.
  */
-int
-pgq_block_due_walk(const PgqGroupRef *group, TimestampTz now, int max,
-				   PgqDueBlock **due, TimestampTz *earliest)
+static int
+walk_due(const PgqGroupRef *group, TimestampTz now, int max,
+		 bool any_deadline, PgqDueBlock **due, TimestampTz *earliest)
 {
 	PgqBlockScan scan;
 	ScanKeyData keys[2];
 	int64		bound;
-	int64		highest = 0;
 	uint64		gen;
-	bool		known;
 	PgqDueBlock *kept = NULL;	/* grown as needed, up to "max" */
 	int			nkept = 0;
 	binaryheap *heap = NULL;	/* once "max" are kept, over them */
@@ -740,12 +802,17 @@ pgq_block_due_walk(const PgqGroupRef *group, TimestampTz now, int max,
 	if (due != NULL)
 		*due = NULL;
 
-	/* before the snapshot: a block claimed after it was counted in */
-	known = pgq_inflight_bound(group, &bound, &gen);
-	if (known)
+	pgq_block_scan_open(&scan, "blocks_pkey", AccessShareLock);
+	if (!inflight_trigger_enabled(scan.heap))
+		bound = PG_INT64_MAX;
+	else if (!pgq_inflight_bound(group, &bound, &gen) && gen != 0)
+	{
+		learn_bound(group, gen);
+		(void) pgq_inflight_bound(group, &bound, &gen);
+	}
+	if (bound != PG_INT64_MAX)
 		bound = Max(bound, pgq_xact_inflight_highest(group->group_id));
 
-	pgq_block_scan_open(&scan, "blocks_pkey", AccessShareLock);
 	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_INT8EQ,
 				Int64GetDatum(group->group_id));
 	ScanKeyInit(&keys[1], 2, BTLessEqualStrategyNumber, F_INT8LE,
@@ -757,31 +824,28 @@ pgq_block_due_walk(const PgqGroupRef *group, TimestampTz now, int max,
 		char		state = DatumGetChar(pgq_block_attr(&scan, Anum_blocks_state,
 														&isnull));
 		TimestampTz deadline;
-		PgqDueBlock this;
+		PgqDueBlock cand;
 
 		if (state != PGQ_BLOCK_CLAIMED && state != 'r')
 			continue;
-		this.block_id = DatumGetInt64(pgq_block_attr(&scan, Anum_blocks_block_id,
-													 &isnull));
-		highest = Max(highest, this.block_id);
 		deadline = DatumGetTimestampTz(pgq_block_attr(&scan,
 													  Anum_blocks_lease_until,
 													  &isnull));
 		if (isnull)
 			continue;
 		*earliest = Min(*earliest, deadline);
+		if (any_deadline)
+			break;
 		if (deadline > now)
 			continue;
 		if (max == 0)
-		{
-			if (known)
-				break;
-			continue;
-		}
+			break;
 
 		/* due: keep it if it is one of the "max" earliest so far */
-		this.due = deadline;
-		this.tid = scan.slot->tts_tid;
+		cand.block_id = DatumGetInt64(pgq_block_attr(&scan, Anum_blocks_block_id,
+													 &isnull));
+		cand.due = deadline;
+		cand.tid = scan.slot->tts_tid;
 		if (n < max)
 		{
 			if (n == nkept)
@@ -790,7 +854,7 @@ pgq_block_due_walk(const PgqGroupRef *group, TimestampTz now, int max,
 				kept = kept == NULL ? palloc(nkept * sizeof(PgqDueBlock)) :
 					repalloc(kept, nkept * sizeof(PgqDueBlock));
 			}
-			kept[n++] = this;
+			kept[n++] = cand;
 		}
 		else
 		{
@@ -804,60 +868,64 @@ pgq_block_due_walk(const PgqGroupRef *group, TimestampTz now, int max,
 				binaryheap_build(heap);
 			}
 			top = DatumGetInt32(binaryheap_first(heap));
-			if (compare_due(&this, &kept[top]) < 0)
+			if (compare_due(&cand, &kept[top]) < 0)
 			{
-				kept[top] = this;
+				kept[top] = cand;
 				binaryheap_replace_first(heap, Int32GetDatum(top));
 			}
 		}
 	}
 	pgq_block_scan_close(&scan);
 
-	if (!known)
-		pgq_inflight_found(group, gen, highest);
 	if (heap != NULL)
 		binaryheap_free(heap);
 	if (n > 0)
 		qsort(kept, n, sizeof(PgqDueBlock), compare_due);
 	if (due != NULL)
 		*due = kept;
-	else if (kept != NULL)
-		pfree(kept);
 	return n;
 }
 
 /*
- * Has the group a block whose lease ran out or whose retry came due by
- * "now"?  *earliest gets the first deadline of the group (a lease's end or a
- * retry's time; DT_NOEND if there is none): until then no claim need look
- * again.
+ * The group's blocks whose lease ran out or whose retry came due by "now",
+ * up to "max" of them, earliest deadline first, into *due (palloc'd; NULL
+ * if none).  No walk is needed before the earliest deadline that the last
+ * look found (see pgq_due_none()); otherwise walk, and remember what the
+ * walk found if nothing is due.  A transaction that updated pgq.blocks
+ * itself walks every time, and keeps what it sees to itself.  With max 0,
+ * returns 1 if some block is due, 0 if none is.
  */
-static bool
-any_due(const PgqGroupRef *group, TimestampTz now, TimestampTz *earliest)
+int
+pgq_block_due(const PgqGroupRef *group, TimestampTz now, int max,
+			  PgqDueBlock **due)
 {
-	(void) pgq_block_due_walk(group, now, 0, NULL, earliest);
-	return *earliest <= now;
+	uint64		gen = 0;
+	TimestampTz earliest;
+	bool		own = pgq_xact_updated_blocks();
+	int			n;
+
+	if (due != NULL)
+		*due = NULL;
+	if (!own && pgq_due_none(group, now, &gen))
+		return 0;
+	n = walk_due(group, now, max, false, due, &earliest);
+	if (earliest <= now)
+		return max == 0 ? 1 : n;
+	if (!own)
+		pgq_due_found(group, gen, now, earliest);
+	return 0;
 }
 
 /*
- * Might a claim at "now" find a block of the group whose lease ran out or
- * whose retry came due?  Not before the earliest deadline that the last look
- * for due blocks found (see pgq_due_none()); otherwise look, and remember
- * what the look found.  A transaction that updated pgq.blocks itself (a
- * release, say) looks every time, and keeps what it sees to itself.
+ * Has the group a block claimed under a lease or waiting for a retry, with a
+ * deadline?  A group that has one is not exhausted: the lease may run out,
+ * the retry will come due.
  */
 bool
-pgq_block_due_possible(const PgqGroupRef *group, TimestampTz now)
+pgq_block_any_deadline(const PgqGroupRef *group)
 {
-	uint64		gen;
 	TimestampTz earliest;
 
-	if (pgq_xact_updated_blocks())
-		return any_due(group, now, &earliest);
-	if (pgq_due_none(group, now, &gen))
-		return false;
-	if (any_due(group, now, &earliest))
-		return true;
-	pgq_due_found(group, gen, now, earliest);
-	return false;
+	(void) walk_due(group, GetCurrentTimestamp(), 0, true, NULL, &earliest);
+	return earliest != DT_NOEND;
 }

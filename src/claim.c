@@ -286,7 +286,6 @@ group_exhausted(PgqGroup *group)
 	int64		hint;
 	uint64		gen;
 	int64		own = 0;
-	TimestampTz deadline;
 	bool		isnull;
 	bool		exhausted;
 	int			rc;
@@ -323,13 +322,9 @@ group_exhausted(PgqGroup *group)
 		return false;
 
 	/* a lease that may run out, or a retry to come due */
-	if (group->mode != PGQ_MODE_TRANSACTION)
-	{
-		(void) pgq_block_due_walk(&group->ref, GetCurrentTimestamp(), 0,
-								  NULL, &deadline);
-		if (deadline != DT_NOEND)
-			return false;
-	}
+	if (group->mode != PGQ_MODE_TRANSACTION &&
+		pgq_block_any_deadline(&group->ref))
+		return false;
 
 	values[0] = Int64GetDatum(group->ref.group_id);
 	values[1] = Int64GetDatum(hint);

@@ -16,7 +16,7 @@
  * transaction-mode claim.  No index names the columns a claim changes, and
  * pgq.blocks leaves more than half of each page free (fillfactor 45): a
  * claim is a HOT update, which writes no index entry.  Due blocks are found
- * by walking the group's blocks in flight instead (pgq_block_due_walk()).
+ * by walking the group's blocks in flight instead (pgq_block_due()).
  *
  *-------------------------------------------------------------------------
  */
@@ -28,7 +28,6 @@
 #include "executor/executor.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
-#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
@@ -93,95 +92,207 @@ pgq_lease_xact_end(void)
 }
 
 /*
+ * Where a claim changes pgq.blocks: the table and its kept indexes, opened
+ * for the executor's index code (see claim_pending()).
+ */
+typedef struct BlockWriter
+{
+	PgqBlockScan scan;
+	EState	   *estate;
+	ResultRelInfo *rri;
+	TupleTableSlot *newslot;
+	CommandId	cid;
+} BlockWriter;
+
+/*
+ * Open pgq.blocks to claim blocks, with a scan of its primary key.  The new
+ * versions' index entries go in through the executor's code, which wants an
+ * EState and a ResultRelInfo; in the EState's memory, so that a waiting
+ * claim's attempts do not pile them up.  With no range table entry, the
+ * index AMs are not told which columns changed: they take every update as
+ * not changing their keys, a hint for cleanup only, and true of every index
+ * of pgq.blocks.  Mostly there are no entries to add: a claim is a HOT
+ * update when the block's page has room.
+ */
+static void
+writer_open(BlockWriter *w)
+{
+	pgq_block_scan_open(&w->scan, "blocks_pkey", RowExclusiveLock);
+	w->estate = CreateExecutorState();
+	w->rri = pgq_result_rel(w->estate, w->scan.heap);
+	w->newslot = table_slot_create(w->scan.heap, NULL);
+	w->cid = GetCurrentCommandId(true);
+}
+
+/* Close what writer_open() opened; the command counter moves if "wrote". */
+static void
+writer_close(BlockWriter *w, bool wrote)
+{
+	ExecDropSingleTupleTableSlot(w->newslot);
+	ExecCloseIndices(w->rri);
+	FreeExecutorState(w->estate);
+	pgq_block_scan_close(&w->scan);
+	if (wrote)
+		CommandCounterIncrement();
+}
+
+/*
+ * Lock the row version in w->scan.slot, or pass it over (false) if another
+ * transaction is changing it (claiming it) or changed it since the scan's
+ * snapshot, as FOR UPDATE SKIP LOCKED would.  heap_update() cannot be asked
+ * not to wait itself.  On success the slot holds the locked version, every
+ * column extracted.
+ */
+static bool
+writer_lock(BlockWriter *w)
+{
+	TupleTableSlot *old = w->scan.slot;
+	TM_FailureData tmfd;
+
+	if (table_tuple_lock(w->scan.heap, &old->tts_tid, w->scan.snapshot, old,
+						 w->cid, LockTupleNoKeyExclusive, LockWaitSkip, 0,
+						 &tmfd) != TM_Ok)
+		return false;
+	slot_getallattrs(old);
+	return true;
+}
+
+/*
+ * Replace the locked block in w->scan.slot by a copy with state "state",
+ * attempt "attempt", lease_until "until" (0: NULL) and, with "error" not
+ * NULL, that last_error.
+ */
+static void
+writer_update(BlockWriter *w, char state, int32 attempt, TimestampTz until,
+			  const char *error)
+{
+	TupleTableSlot *old = w->scan.slot;
+	TupleTableSlot *newslot = w->newslot;
+	int			natts = old->tts_tupleDescriptor->natts;
+	TM_FailureData tmfd;
+	LockTupleMode lockmode;
+	MemoryContext oldcxt;
+#if PG_VERSION_NUM >= 160000
+	TU_UpdateIndexes update_indexes;
+#else
+	bool		update_indexes;
+#endif
+
+	ExecClearTuple(newslot);
+	memcpy(newslot->tts_values, old->tts_values, natts * sizeof(Datum));
+	memcpy(newslot->tts_isnull, old->tts_isnull, natts * sizeof(bool));
+	newslot->tts_values[Anum_blocks_state - 1] = CharGetDatum(state);
+	newslot->tts_values[Anum_blocks_attempt - 1] = Int32GetDatum(attempt);
+	newslot->tts_values[Anum_blocks_lease_until - 1] = TimestampTzGetDatum(until);
+	newslot->tts_isnull[Anum_blocks_lease_until - 1] = until == 0;
+	oldcxt = MemoryContextSwitchTo(GetPerTupleMemoryContext(w->estate));
+	if (error != NULL)
+	{
+		newslot->tts_values[Anum_blocks_last_error - 1] = CStringGetTextDatum(error);
+		newslot->tts_isnull[Anum_blocks_last_error - 1] = false;
+	}
+	ExecStoreVirtualTuple(newslot);
+
+	if (table_tuple_update(w->scan.heap, &old->tts_tid, newslot, w->cid,
+						   w->scan.snapshot, InvalidSnapshot, true,
+						   &tmfd, &lockmode, &update_indexes) != TM_Ok)
+		elog(ERROR, "could not update locked block " INT64_FORMAT,
+			 DatumGetInt64(old->tts_values[Anum_blocks_block_id - 1]));
+#if PG_VERSION_NUM >= 160000
+	if (update_indexes != TU_None)
+		ExecInsertIndexTuples(w->rri, newslot, w->estate, true, false, NULL,
+							  NIL, update_indexes == TU_Summarizing);
+#else
+	if (update_indexes)
+		ExecInsertIndexTuples(w->rri, newslot, w->estate, true, false, NULL,
+							  NIL);
+#endif
+	MemoryContextSwitchTo(oldcxt);
+	ResetPerTupleExprContext(w->estate);
+}
+
+/* Hand the block in w->scan.slot, claimed at "attempt", to the caller. */
+static void
+writer_claimed(BlockWriter *w, int32 attempt, ClaimedBlock *block,
+			   MemoryContext cxt)
+{
+	TupleTableSlot *old = w->scan.slot;
+	MemoryContext oldcxt = MemoryContextSwitchTo(cxt);
+
+	memset(block, 0, sizeof(ClaimedBlock));
+	block->block_id = DatumGetInt64(old->tts_values[Anum_blocks_block_id - 1]);
+	block->ids = PointerGetDatum(PG_DETOAST_DATUM_COPY(old->tts_values[Anum_blocks_ids - 1]));
+	block->attempt = attempt;
+	MemoryContextSwitchTo(oldcxt);
+}
+
+/*
  * Take up to "limit" blocks whose lease ran out or whose retry came due,
- * oldest deadline first.  A block that already had its last attempt (its
- * lease ran out, or it was released) is dead-lettered instead.  The
- * statement runs only if a walk of the group's blocks in flight finds such
- * blocks (pgq_block_due_walk()): usually there is none.  It is handed the
- * row versions the walk saw, and takes those that are still due and that no
- * other transaction is changing.
+ * oldest deadline first, as a walk of the group's blocks in flight finds
+ * them (pgq_block_due()): usually there is none.  Each is read again at the
+ * row version the walk saw, and locked as pending blocks are; one that had
+ * its last attempt already (its lease ran out, or it was released) is
+ * dead-lettered instead, and does not count.
  */
 static int
 claim_due(const PgqGroup *group, int limit, TimestampTz now,
 		  TimestampTz until, ClaimedBlock *blocks, MemoryContext cxt)
 {
-	static SPIPlanPtr plan = NULL;
-	Datum		values[6];
+	BlockWriter w;
 	PgqDueBlock *due;
-	Datum	   *tids;
-	TimestampTz earliest;
 	int			ndue;
+	int			changed = 0;
 	int			n = 0;
 
-	if (!pgq_block_due_possible(&group->ref, now))
-		return 0;
-	/* some candidates may be held by other claims: take a few more */
-	ndue = pgq_block_due_walk(&group->ref, now,
-							  Min(limit, INT_MAX / 4) * 2 + 16, &due,
-							  &earliest);
+	/* some candidates may be held by other claims: look at a few more */
+	ndue = pgq_block_due(&group->ref, now, Min(limit, INT_MAX / 4) * 2 + 16,
+						 &due);
 	if (ndue == 0)
 		return 0;
-	if (plan == NULL)
+
+	writer_open(&w);
+	for (int i = 0; i < ndue && n < limit; i++)
 	{
-		Oid			argtypes[6] = {INT8OID, INT4OID, TIMESTAMPTZOID,
-		TIMESTAMPTZOID, INT4OID, TIDARRAYOID};
-
-		plan = pgq_keep_plan("UPDATE pgq.blocks b SET "
-							 "state = CASE WHEN b.attempt " OP(">=") " $5 "
-							 "THEN 'f'::pg_catalog.\"char\" "
-							 "ELSE 'c'::pg_catalog.\"char\" END, "
-							 "attempt = CASE WHEN b.attempt " OP(">=") " $5 "
-							 "THEN b.attempt "
-							 "ELSE b.attempt " OP("+") " 1 END, "
-							 "lease_until = CASE WHEN b.attempt " OP(">=") " $5 "
-							 "THEN NULL ELSE $4 END, "
-							 "last_error = CASE WHEN b.attempt " OP("<") " $5 "
-							 "THEN b.last_error "
-							 "WHEN b.state " OP("=") " 'c' THEN 'lease expired' "
-							 "ELSE COALESCE(b.last_error, "
-							 "'released on its last attempt') END "
-							 "WHERE b.ctid " OP("=") " ANY (ARRAY("
-							 "SELECT ctid FROM pgq.blocks "
-							 "WHERE ctid " OP("=") " ANY ($6) "
-							 "AND group_id " OP("=") " $1 "
-							 "AND state " OP("=") " ANY ('{c,r}'::pg_catalog.\"char\"[]) "
-							 "AND lease_until " OP("<=") " $3 "
-							 "ORDER BY lease_until, block_id LIMIT $2 "
-							 "FOR UPDATE SKIP LOCKED)) "
-							 "RETURNING b.block_id, b.ids, b.attempt, b.state",
-							 6, argtypes);
-	}
-
-	tids = palloc(ndue * sizeof(Datum));
-	for (int i = 0; i < ndue; i++)
-		tids[i] = PointerGetDatum(&due[i].tid);
-	values[0] = Int64GetDatum(group->ref.group_id);
-	values[2] = TimestampTzGetDatum(now);
-	values[3] = TimestampTzGetDatum(until);
-	values[4] = Int32GetDatum(group->max_attempts);
-	values[5] = PointerGetDatum(construct_array(tids, ndue, TIDOID,
-												sizeof(ItemPointerData), false,
-												TYPALIGN_SHORT));
-
-	/* dead-lettered blocks do not count: look again for the rest */
-	while (n < limit)
-	{
-		int			got;
-		int			rc;
+		TupleTableSlot *old = w.scan.slot;
+		bool		isnull;
+		char		state;
+		int32		attempt;
 
 		CHECK_FOR_INTERRUPTS();
-		values[1] = Int32GetDatum(limit - n);
-		rc = SPI_execute_plan(plan, values, NULL, false, 0);
-		if (rc != SPI_OK_UPDATE_RETURNING)
-			elog(ERROR, "could not claim blocks: %s", SPI_result_code_string(rc));
-		got = pgq_claimed_from_spi(blocks + n, 3, 4, cxt);
-		n += got;
-		if (got == (int) SPI_processed)
-			break;				/* none was dead-lettered */
-		/* some were: that must stay, even if nothing else is claimed */
-		pgq_claim_changed_more();
+		if (!table_tuple_fetch_row_version(w.scan.heap, &due[i].tid,
+										   w.scan.snapshot, old))
+			continue;			/* changed since the walk */
+		if (!writer_lock(&w))
+			continue;
+
+		/* the TID may hold another row now: check everything again */
+		state = DatumGetChar(old->tts_values[Anum_blocks_state - 1]);
+		if (DatumGetInt64(old->tts_values[Anum_blocks_group_id - 1]) != group->ref.group_id ||
+			(state != PGQ_BLOCK_CLAIMED && state != 'r') ||
+			old->tts_isnull[Anum_blocks_lease_until - 1] ||
+			DatumGetTimestampTz(old->tts_values[Anum_blocks_lease_until - 1]) > now)
+			continue;
+
+		attempt = DatumGetInt32(old->tts_values[Anum_blocks_attempt - 1]);
+		changed++;
+		if (attempt >= group->max_attempts)
+		{
+			const char *error = NULL;
+
+			(void) slot_getattr(old, Anum_blocks_last_error, &isnull);
+			if (state == PGQ_BLOCK_CLAIMED)
+				error = "lease expired";
+			else if (isnull)
+				error = "released on its last attempt";
+			writer_update(&w, 'f', attempt, 0, error);
+			/* that must stay, even if nothing else is claimed */
+			pgq_claim_changed_more();
+			continue;
+		}
+		writer_update(&w, PGQ_BLOCK_CLAIMED, attempt + 1, until, NULL);
+		writer_claimed(&w, attempt + 1, &blocks[n++], cxt);
 	}
-	pfree(tids);
+	writer_close(&w, changed > 0);
 	pfree(due);
 	return n;
 }
@@ -198,105 +309,31 @@ static int
 claim_pending(const PgqGroup *group, int64 from, int limit,
 			  TimestampTz until, ClaimedBlock *blocks, MemoryContext cxt)
 {
-	PgqBlockScan scan;
-	EState	   *estate;
-	ResultRelInfo *rri;
-	TupleTableSlot *newslot;
-	CommandId	cid = GetCurrentCommandId(true);
+	BlockWriter w;
 	int			n = 0;
-	MemoryContext oldcxt;
 
-	pgq_block_scan_open(&scan, "blocks_pkey", RowExclusiveLock);
-
-	/*
-	 * The new versions' index entries go in through the executor's code,
-	 * which wants an EState and a ResultRelInfo; in the EState's memory, so
-	 * that a waiting claim's attempts do not pile them up.  With no range
-	 * table entry, the index AMs are not told which columns changed: they
-	 * take every update as not changing their keys, a hint for cleanup
-	 * only, and true of every index of pgq.blocks.  Mostly there are no
-	 * entries to add: the update is HOT when the block's page has room.
-	 */
-	estate = CreateExecutorState();
-	rri = pgq_result_rel(estate, scan.heap);
-	newslot = table_slot_create(scan.heap, NULL);
-
+	writer_open(&w);
 	for (int pass = 0; pass < 2 && n < limit; pass++)
 	{
-		pgq_block_scan_claim_pass(&scan, group->ref.group_id, from, limit,
+		pgq_block_scan_claim_pass(&w.scan, group->ref.group_id, from, limit,
 								  pass);
 
-		while (n < limit && pgq_block_scan_next(&scan))
+		while (n < limit && pgq_block_scan_next(&w.scan))
 		{
-			TupleTableSlot *old = scan.slot;
-			int			natts = old->tts_tupleDescriptor->natts;
+			TupleTableSlot *old = w.scan.slot;
 			int32		attempt;
-			TM_FailureData tmfd;
-			LockTupleMode lockmode;
-#if PG_VERSION_NUM >= 160000
-			TU_UpdateIndexes update_indexes;
-#else
-			bool		update_indexes;
-#endif
 
 			slot_getallattrs(old);
 			if (DatumGetChar(old->tts_values[Anum_blocks_state - 1]) != 'p')
 				continue;
-
-			/*
-			 * Lock it, or pass it over if another transaction is changing
-			 * it (claiming it) or changed it since the scan.  heap_update()
-			 * cannot be asked not to wait itself.
-			 */
-			if (table_tuple_lock(scan.heap, &old->tts_tid, scan.snapshot, old,
-								 cid, LockTupleNoKeyExclusive, LockWaitSkip,
-								 0, &tmfd) != TM_Ok)
+			if (!writer_lock(&w))
 				continue;
-			slot_getallattrs(old);
 			attempt = DatumGetInt32(old->tts_values[Anum_blocks_attempt - 1]) + 1;
-
-			/* the new version: claimed under a lease, one attempt more */
-			ExecClearTuple(newslot);
-			memcpy(newslot->tts_values, old->tts_values, natts * sizeof(Datum));
-			memcpy(newslot->tts_isnull, old->tts_isnull, natts * sizeof(bool));
-			newslot->tts_values[Anum_blocks_state - 1] = CharGetDatum(PGQ_BLOCK_CLAIMED);
-			newslot->tts_values[Anum_blocks_attempt - 1] = Int32GetDatum(attempt);
-			newslot->tts_values[Anum_blocks_lease_until - 1] = TimestampTzGetDatum(until);
-			newslot->tts_isnull[Anum_blocks_lease_until - 1] = false;
-			ExecStoreVirtualTuple(newslot);
-
-			if (table_tuple_update(scan.heap, &old->tts_tid, newslot, cid,
-								   scan.snapshot, InvalidSnapshot, true,
-								   &tmfd, &lockmode, &update_indexes) != TM_Ok)
-				elog(ERROR, "could not update locked block " INT64_FORMAT,
-					 DatumGetInt64(old->tts_values[Anum_blocks_block_id - 1]));
-#if PG_VERSION_NUM >= 160000
-			if (update_indexes != TU_None)
-				ExecInsertIndexTuples(rri, newslot, estate, true, false, NULL,
-									  NIL, update_indexes == TU_Summarizing);
-#else
-			if (update_indexes)
-				ExecInsertIndexTuples(rri, newslot, estate, true, false, NULL,
-									  NIL);
-#endif
-			ResetPerTupleExprContext(estate);
-
-			oldcxt = MemoryContextSwitchTo(cxt);
-			memset(&blocks[n], 0, sizeof(ClaimedBlock));
-			blocks[n].block_id = DatumGetInt64(old->tts_values[Anum_blocks_block_id - 1]);
-			blocks[n].ids = PointerGetDatum(PG_DETOAST_DATUM_COPY(old->tts_values[Anum_blocks_ids - 1]));
-			blocks[n].attempt = attempt;
-			MemoryContextSwitchTo(oldcxt);
-			n++;
+			writer_update(&w, PGQ_BLOCK_CLAIMED, attempt, until, NULL);
+			writer_claimed(&w, attempt, &blocks[n++], cxt);
 		}
 	}
-
-	ExecDropSingleTupleTableSlot(newslot);
-	ExecCloseIndices(rri);
-	FreeExecutorState(estate);
-	pgq_block_scan_close(&scan);
-	if (n > 0)
-		CommandCounterIncrement();
+	writer_close(&w, n > 0);
 	return n;
 }
 

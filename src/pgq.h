@@ -127,6 +127,7 @@ typedef struct PgqDueBlock
 #define Anum_blocks_state		4
 #define Anum_blocks_attempt		5
 #define Anum_blocks_lease_until	6
+#define Anum_blocks_last_error	7
 
 /* A row for pgq.items (iteminsert.c). */
 typedef struct PgqNewItem
@@ -253,10 +254,9 @@ extern void pgq_block_scan_claim_pass(PgqBlockScan *scan, int64 group_id,
 extern void pgq_block_key(ScanKey keys, int64 group_id, int64 block_id);
 extern Datum pgq_block_attr(PgqBlockScan *scan, AttrNumber attnum,
 							bool *isnull);
-extern int	pgq_block_due_walk(const PgqGroupRef *group, TimestampTz now,
-							   int max, PgqDueBlock **due,
-							   TimestampTz *earliest);
-extern bool pgq_block_due_possible(const PgqGroupRef *group, TimestampTz now);
+extern int	pgq_block_due(const PgqGroupRef *group, TimestampTz now, int max,
+						  PgqDueBlock **due);
+extern bool pgq_block_any_deadline(const PgqGroupRef *group);
 extern bool pgq_block_group_id(int64 block_id, int64 *group_id);
 extern bool pgq_block_delete(int64 group_id, int64 block_id,
 							 const int32 *attempt);
@@ -356,6 +356,7 @@ extern void pgq_due_found(const PgqGroupRef *group, uint64 gen,
 						  TimestampTz now, TimestampTz earliest);
 extern void pgq_due_lower(const PgqGroupRef *group, TimestampTz until);
 extern void pgq_due_forget_all(Oid dbid);
+extern bool pgq_group_has_entry(const PgqGroupRef *group);
 extern bool pgq_inflight_bound(const PgqGroupRef *group, int64 *bound,
 							   uint64 *gen);
 extern void pgq_inflight_found(const PgqGroupRef *group, uint64 gen,

@@ -21,7 +21,9 @@
  *			PGQ_DUE_TRUST.  The commit of a lease claim lowers it, the
  *			commit of an UPDATE of pgq.blocks (release, fail, extend,
  *			anyone's by hand) forgets it; due_gen keeps a look that raced
- *			with either from recording what it found.
+ *			with a forgetting from recording what it found, and a look
+ *			that raced with lease commits records no later than the
+ *			earliest of their leases (due_lowered)
  *	inflight_max  no block above it is claimed under a lease or waits for
  *			a retry (state 'c' or 'r'), once inflight_known: a look for due
  *			blocks walks the group's primary key only up to there, since
@@ -76,6 +78,8 @@ typedef struct PgqGroupEntry
 	TimestampTz due_from;
 	TimestampTz due_checked;	/* 0: due_from is not known */
 	uint64		due_gen;
+	TimestampTz due_lowered;	/* the earliest lease committed since the
+								 * last look recorded what it found */
 	int64		inflight_max;
 	bool		inflight_known;
 	uint64		inflight_gen;
@@ -162,30 +166,35 @@ make_key(PgqGroupKey *key, Oid dbid, int64 group_id)
 
 /*
  * Make room in a full table by removing the entry of a group that no open
- * transaction holds blocks of: that group only loses its hint, and its next
- * claim scans from the head again.  Dynahash would otherwise take the room
+ * transaction holds blocks of, preferably one that knows no bound on its
+ * blocks in flight: that group loses its hint, its next claim scans from
+ * the head again, and its next look for due blocks walks the whole group.  Dynahash would otherwise take the room
  * from the shared memory slack that the lock table needs.  Called with the
  * table lock held exclusively.
  */
 static bool
 evict_idle_entry(void)
 {
-	HASH_SEQ_STATUS status;
-	PgqGroupEntry *entry;
-
-	hash_seq_init(&status, pgq_groups);
-	while ((entry = hash_seq_search(&status)) != NULL)
+	/* first one that has not learned a bound on its blocks in flight */
+	for (int pass = 0; pass < 2; pass++)
 	{
-		int64		claimed;
+		HASH_SEQ_STATUS status;
+		PgqGroupEntry *entry;
 
-		SpinLockAcquire(&entry->mutex);
-		claimed = entry->claimed;
-		SpinLockRelease(&entry->mutex);
-		if (claimed == 0)
+		hash_seq_init(&status, pgq_groups);
+		while ((entry = hash_seq_search(&status)) != NULL)
 		{
-			hash_seq_term(&status);
-			hash_search(pgq_groups, &entry->key, HASH_REMOVE, NULL);
-			return true;
+			bool		idle;
+
+			SpinLockAcquire(&entry->mutex);
+			idle = entry->claimed == 0 && (pass > 0 || !entry->inflight_known);
+			SpinLockRelease(&entry->mutex);
+			if (idle)
+			{
+				hash_seq_term(&status);
+				hash_search(pgq_groups, &entry->key, HASH_REMOVE, NULL);
+				return true;
+			}
 		}
 	}
 	return false;
@@ -247,6 +256,7 @@ entry_lock(const PgqGroupRef *group, bool create)
 		entry->due_from = 0;
 		entry->due_checked = 0;
 		entry->due_gen = pg_atomic_fetch_add_u64(&pgq_state->gen_seed, 1);
+		entry->due_lowered = DT_NOEND;
 		entry->inflight_max = 0;
 		entry->inflight_known = false;
 		entry->inflight_gen = pg_atomic_fetch_add_u64(&pgq_state->gen_seed, 1);
@@ -342,7 +352,11 @@ pgq_due_none(const PgqGroupRef *group, TimestampTz now, uint64 *gen)
 /*
  * A look for due blocks at "now", begun at generation "gen", found no
  * block due before "earliest" (DT_NOEND: none at all).  Remember it, unless
- * something made a block due sooner meanwhile.
+ * the deadlines were forgotten meanwhile.  Leases committed meanwhile may
+ * not be in the look's snapshot: remember the earliest of them if it comes
+ * first.  (A look that began before another one recorded, and recorded
+ * after it, may miss a lease committed between the two records: that lease
+ * is seen once the record is PGQ_DUE_TRUST old.)
  */
 void
 pgq_due_found(const PgqGroupRef *group, uint64 gen, TimestampTz now,
@@ -355,7 +369,8 @@ pgq_due_found(const PgqGroupRef *group, uint64 gen, TimestampTz now,
 	SpinLockAcquire(&entry->mutex);
 	if (entry->due_gen == gen)
 	{
-		entry->due_from = earliest;
+		entry->due_from = Min(earliest, entry->due_lowered);
+		entry->due_lowered = DT_NOEND;
 		entry->due_checked = now;
 	}
 	SpinLockRelease(&entry->mutex);
@@ -365,8 +380,9 @@ pgq_due_found(const PgqGroupRef *group, uint64 gen, TimestampTz now,
 /*
  * A transaction whose lease claims end at "until" committed: claims must
  * look for due blocks again by then.  A look that began before, and whose
- * snapshot may not show these leases, must not record what it found.  Safe
- * in transaction callbacks: it allocates nothing and cannot fail.
+ * snapshot may not show these leases, records no later time (see
+ * pgq_due_found()).  Safe in transaction callbacks: it allocates nothing and
+ * cannot fail.
  */
 void
 pgq_due_lower(const PgqGroupRef *group, TimestampTz until)
@@ -378,7 +394,8 @@ pgq_due_lower(const PgqGroupRef *group, TimestampTz until)
 	SpinLockAcquire(&entry->mutex);
 	if (until < entry->due_from)
 		entry->due_from = until;
-	entry->due_gen = pg_atomic_fetch_add_u64(&pgq_state->gen_seed, 1);
+	if (until < entry->due_lowered)
+		entry->due_lowered = until;
 	SpinLockRelease(&entry->mutex);
 	LWLockRelease(pgq_state->lock);
 }
@@ -409,6 +426,18 @@ pgq_due_forget_all(Oid dbid)
 		SpinLockRelease(&entry->mutex);
 	}
 	LWLockRelease(pgq_state->lock);
+}
+
+/* Has the group an entry?  Only claims make one. */
+bool
+pgq_group_has_entry(const PgqGroupRef *group)
+{
+	PgqGroupEntry *entry = entry_lock(group, false);
+
+	if (entry == NULL)
+		return false;
+	LWLockRelease(pgq_state->lock);
+	return true;
 }
 
 /*
@@ -466,10 +495,12 @@ pgq_inflight_found(const PgqGroupRef *group, uint64 gen, int64 highest)
 }
 
 /*
- * Block block_id of group group_id (of database dbid, of any incarnation) is
- * about to be claimed under a lease or to wait for a retry: raise the bound
- * of pgq_inflight_bound() to it.  Without an entry there is nothing to
- * raise: a new entry starts out not knowing the bound.
+ * A transaction that made block block_id of group group_id (of database
+ * dbid, of any incarnation) claimed under a lease or waiting for a retry
+ * committed: raise the bound of pgq_inflight_bound() to it.  Without an
+ * entry there is nothing to raise: an entry made from now on does not know
+ * the bound, and the walk that learns it sees the block.  Safe in
+ * transaction callbacks: it allocates nothing and cannot fail.
  */
 void
 pgq_inflight_raise(Oid dbid, int64 group_id, int64 block_id)

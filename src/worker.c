@@ -252,8 +252,8 @@ pgq_launcher_main(Datum arg)
  * Wake the waiting claims of groups that have leases run out, retries come
  * due or delayed items come due: no transaction announces those.  Blocks
  * are looked for as claims look for them, walking the blocks in flight of
- * each lease or advisory group (pgq_block_due_possible()); items through
- * their due index.
+ * each lease or advisory group that claims have used (pgq_block_due()); items
+ * through their due index.
  */
 static void
 wake_due_groups(void)
@@ -263,8 +263,8 @@ wake_due_groups(void)
 
 	rc = SPI_execute("SELECT g.group_id, g.created_at, g.kind " OP("=") " 'query' "
 					 "FROM pgq.groups g "
-					 "WHERE g.kind " OP("=") " 'query' "
-					 "AND g.mode " OP("<>") " 'transaction' "
+					 "WHERE (g.kind " OP("=") " 'query' "
+					 "AND g.mode " OP("<>") " 'transaction') "
 					 "OR EXISTS (SELECT FROM pgq.items i "
 					 "WHERE i.group_id " OP("=") " g.group_id "
 					 "AND i.state " OP("=") " ANY ('{c,r}'::pg_catalog.\"char\"[]) "
@@ -283,7 +283,10 @@ wake_due_groups(void)
 		blocks = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[i],
 											SPI_tuptable->tupdesc, 3,
 											&isnull));
-		if (!blocks || pgq_block_due_possible(&group, now))
+		/* only claims that wait need waking, and they have an entry */
+		if (!blocks ||
+			(pgq_group_has_entry(&group) &&
+			 pgq_block_due(&group, now, 0, NULL) > 0))
 			pgq_wake_group(&group);
 	}
 }

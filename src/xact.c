@@ -250,12 +250,13 @@ pgq_blocks_changed(PG_FUNCTION_ARGS)
 
 /*
  * pgq.blocks_inflight(), the row trigger BEFORE INSERT OR UPDATE of
- * pgq.blocks for rows that become claimed under a lease or wait for a retry
- * (its WHEN clause): pgq's own statements (release, fail, a claim of due
- * blocks) or someone's by hand.  Looks for due blocks walk a group only up
- * to the highest such block that shared memory knows of, so at commit the
- * row's block id is added there (pgq_inflight_raise()).  Lease claims, which
- * do not run SQL, do the same with their records (settle_claims()).
+ * pgq.blocks for rows claimed under a lease or waiting for a retry (its WHEN
+ * clause).  Looks for due blocks walk a group only up to the highest such
+ * block that shared memory knows of, so a row that becomes one (inserted,
+ * or updated from another state, by hand) has its block id added there at
+ * commit (pgq_inflight_raise()).  pgq's own statements (release, fail) only
+ * change blocks that were claimed already, which the bound covers.  Lease
+ * claims, which run no SQL, raise it from their records (settle_claims()).
  */
 Datum
 pgq_blocks_inflight(PG_FUNCTION_ARGS)
@@ -276,9 +277,19 @@ pgq_blocks_inflight(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("pgq.blocks_inflight() can only be called as a BEFORE INSERT OR UPDATE ... FOR EACH ROW trigger")));
 
-	tuple = TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) ?
-		trigdata->tg_newtuple : trigdata->tg_trigtuple;
 	tupdesc = RelationGetDescr(trigdata->tg_relation);
+	if (TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event))
+	{
+		char		before = DatumGetChar(heap_getattr(trigdata->tg_trigtuple,
+													   Anum_blocks_state,
+													   tupdesc, &isnull));
+
+		tuple = trigdata->tg_newtuple;
+		if (before == PGQ_BLOCK_CLAIMED || before == 'r')
+			return PointerGetDatum(tuple);
+	}
+	else
+		tuple = trigdata->tg_trigtuple;
 	group_id = DatumGetInt64(heap_getattr(tuple, Anum_blocks_group_id,
 										  tupdesc, &isnull));
 	block_id = DatumGetInt64(heap_getattr(tuple, Anum_blocks_block_id,
@@ -310,17 +321,23 @@ pgq_blocks_inflight(PG_FUNCTION_ARGS)
 }
 
 /*
- * The highest block that SQL statements of this transaction made claimed
- * under a lease or waiting for a retry in the group; 0 if none.  Its own
- * looks for due blocks walk that far already.
+ * The highest block of the group that this transaction claimed under a
+ * lease or made waiting for a retry in SQL; 0 if none.  Its own looks for
+ * due blocks walk that far before it commits.
  */
 int64
 pgq_xact_inflight_highest(int64 group_id)
 {
+	int64		highest = 0;
+
 	for (int i = 0; i < ninflight; i++)
 		if (inflight[i].group_id == group_id)
-			return inflight[i].highest;
-	return 0;
+			highest = inflight[i].highest;
+	for (int i = 0; i < nclaims; i++)
+		if (claims[i].kind == PGQ_REC_LEASE && claims[i].until != 0 &&
+			claims[i].group.group_id == group_id)
+			highest = Max(highest, claims[i].block_id);
+	return highest;
 }
 
 /*
@@ -465,7 +482,7 @@ settle_claims(int first, bool undone)
 			pgq_hint_lower(group, lowest);
 		if (!undone && until != DT_NOEND)
 		{
-			/* now that the leases are visible: see pgq_block_due_walk() */
+			/* now that the leases are visible: see pgq_inflight_bound() */
 			pgq_inflight_raise(group->dbid, group->group_id, leased);
 			pgq_due_lower(group, until);
 		}
@@ -513,6 +530,12 @@ pgq_xact_callback(XactEvent event, void *arg)
 										"The transaction holds %d claimed blocks.",
 										ncounted, ncounted),
 						 errhint("Commit the transaction to consume the blocks, or roll it back to give them back.")));
+			if (ninflight > 0)
+				ereport(ERROR,
+						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						 errmsg("cannot PREPARE a transaction that made pgq blocks claimed or waiting for a retry"),
+						 errdetail("Shared memory must learn of such blocks when the transaction commits."),
+						 errhint("Commit or roll back the transaction instead.")));
 			if (ndrops > 0)
 				ereport(ERROR,
 						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
@@ -531,8 +554,6 @@ pgq_xact_callback(XactEvent event, void *arg)
 			/* keep the records: PREPARE may still fail, and then abort */
 			return;
 		case XACT_EVENT_PREPARE:
-			/* early, but a bound that is too high is only slower */
-			raise_inflight();
 			pgq_lease_xact_end();
 			break;
 		case XACT_EVENT_COMMIT:
