@@ -890,8 +890,8 @@ walk_due(const PgqGroupRef *group, TimestampTz now, int max,
  * The group's blocks whose lease ran out or whose retry came due by "now",
  * up to "max" of them, earliest deadline first, into *due (palloc'd; NULL
  * if none).  No walk is needed before the earliest deadline that the last
- * look found (see pgq_due_none()); otherwise walk, and remember what the
- * walk found if nothing is due.  A transaction that updated pgq.blocks
+ * look found, nor while another claim looks (see pgq_due_none()); otherwise
+ * walk, and remember what the walk found if nothing is due.  A transaction that updated pgq.blocks
  * itself walks every time, and keeps what it sees to itself.  With max 0,
  * returns 1 if some block is due, 0 if none is.
  */
@@ -909,10 +909,10 @@ pgq_block_due(const PgqGroupRef *group, TimestampTz now, int max,
 	if (!own && pgq_due_none(group, now, &gen))
 		return 0;
 	n = walk_due(group, now, max, false, due, &earliest);
-	if (earliest <= now)
-		return max == 0 ? 1 : n;
 	if (!own)
 		pgq_due_found(group, gen, now, earliest);
+	if (earliest <= now)
+		return max == 0 ? 1 : n;
 	return 0;
 }
 

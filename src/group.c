@@ -465,7 +465,7 @@ insert_group(text *name, PgqMode mode, text *query, int block_size,
 	INTERVALOID, INT4OID, TEXTARRAYOID, INTERVALOID};
 	Datum		values[9];
 	char		nulls[9];
-	bool		isnull;
+	PgqGroupRef ref;
 	int			rc;
 
 	values[0] = PointerGetDatum(name);
@@ -489,7 +489,7 @@ insert_group(text *name, PgqMode mode, text *query, int block_size,
 							   "pg_catalog.current_setting('search_path'), "
 							   "$6, $7, $8, $9) "
 							   "ON CONFLICT (group_name) DO NOTHING "
-							   "RETURNING group_id",
+							   "RETURNING group_id, created_at",
 							   9, argtypes, values, nulls, false, 1);
 	if (rc != SPI_OK_INSERT_RETURNING)
 		elog(ERROR, "could not insert a group: %s", SPI_result_code_string(rc));
@@ -497,8 +497,11 @@ insert_group(text *name, PgqMode mode, text *query, int block_size,
 		return 0;
 	/* should this roll back, this backend forgets what it cached of it */
 	pgq_invalidate_groups();
-	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-									   SPI_tuptable->tupdesc, 1, &isnull));
+	pgq_group_ref_from_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
+							 &ref);
+	/* its blocks are written pending: none is in flight */
+	pgq_inflight_none(&ref);
+	return ref.group_id;
 }
 
 /*

@@ -359,6 +359,7 @@ extern void pgq_due_forget_all(Oid dbid);
 extern bool pgq_group_has_entry(const PgqGroupRef *group);
 extern bool pgq_inflight_bound(const PgqGroupRef *group, int64 *bound,
 							   uint64 *gen);
+extern void pgq_inflight_none(const PgqGroupRef *group);
 extern void pgq_inflight_found(const PgqGroupRef *group, uint64 gen,
 							   int64 highest);
 extern void pgq_inflight_raise(Oid dbid, int64 group_id, int64 block_id);

@@ -23,7 +23,9 @@
  *			anyone's by hand) forgets it; due_gen keeps a look that raced
  *			with a forgetting from recording what it found, and a look
  *			that raced with lease commits records no later than the
- *			earliest of their leases (due_lowered)
+ *			earliest of their leases (due_lowered).  One claim looks at a
+ *			time (due_looking): the others go on without looking until it
+ *			is done, for at most PGQ_DUE_TRUST.
  *	inflight_max  no block above it is claimed under a lease or waits for
  *			a retry (state 'c' or 'r'), once inflight_known: a look for due
  *			blocks walks the group's primary key only up to there, since
@@ -58,7 +60,7 @@
 
 #include "pgq.h"
 
-#define PGQ_SHMEM_VERSION	2
+#define PGQ_SHMEM_VERSION	3
 
 typedef struct PgqGroupKey
 {
@@ -80,6 +82,7 @@ typedef struct PgqGroupEntry
 	uint64		due_gen;
 	TimestampTz due_lowered;	/* the earliest lease committed since the
 								 * last look recorded what it found */
+	TimestampTz due_looking;	/* when the look under way began; 0: none */
 	int64		inflight_max;
 	bool		inflight_known;
 	uint64		inflight_gen;
@@ -257,6 +260,7 @@ entry_lock(const PgqGroupRef *group, bool create)
 		entry->due_checked = 0;
 		entry->due_gen = pg_atomic_fetch_add_u64(&pgq_state->gen_seed, 1);
 		entry->due_lowered = DT_NOEND;
+		entry->due_looking = 0;
 		entry->inflight_max = 0;
 		entry->inflight_known = false;
 		entry->inflight_gen = pg_atomic_fetch_add_u64(&pgq_state->gen_seed, 1);
@@ -328,7 +332,8 @@ pgq_hint_lower(const PgqGroupRef *group, int64 block_id)
 
 /*
  * May a claim at "now" skip looking for the group's due blocks, since the
- * last look found nothing due before a later time?  If not, *gen gets the
+ * last look found nothing due before a later time, or since another claim
+ * is looking?  If not, the caller is now the one looking, and *gen gets the
  * generation to hand to pgq_due_found() after the look.
  */
 bool
@@ -343,6 +348,11 @@ pgq_due_none(const PgqGroupRef *group, TimestampTz now, uint64 *gen)
 	SpinLockAcquire(&entry->mutex);
 	none = entry->due_checked != 0 && now < entry->due_from &&
 		now >= entry->due_checked && now - entry->due_checked < PGQ_DUE_TRUST;
+	if (!none && entry->due_looking != 0 && now >= entry->due_looking &&
+		now - entry->due_looking < PGQ_DUE_TRUST)
+		none = true;
+	else if (!none)
+		entry->due_looking = now;
 	*gen = entry->due_gen;
 	SpinLockRelease(&entry->mutex);
 	LWLockRelease(pgq_state->lock);
@@ -350,9 +360,10 @@ pgq_due_none(const PgqGroupRef *group, TimestampTz now, uint64 *gen)
 }
 
 /*
- * A look for due blocks at "now", begun at generation "gen", found no
- * block due before "earliest" (DT_NOEND: none at all).  Remember it, unless
- * the deadlines were forgotten meanwhile.  Leases committed meanwhile may
+ * A look for due blocks at "now", begun at generation "gen", is done: it
+ * found no block due before "earliest" (DT_NOEND: none at all).  If that is
+ * later than "now", remember it, unless the deadlines were forgotten
+ * meanwhile.  Leases committed meanwhile may
  * not be in the look's snapshot: remember the earliest of them if it comes
  * first.  (A look that began before another one recorded, and recorded
  * after it, may miss a lease committed between the two records: that lease
@@ -367,7 +378,9 @@ pgq_due_found(const PgqGroupRef *group, uint64 gen, TimestampTz now,
 	if (entry == NULL)
 		return;
 	SpinLockAcquire(&entry->mutex);
-	if (entry->due_gen == gen)
+	if (entry->due_looking == now)
+		entry->due_looking = 0;
+	if (entry->due_gen == gen && earliest > now)
 	{
 		entry->due_from = Min(earliest, entry->due_lowered);
 		entry->due_lowered = DT_NOEND;
@@ -469,6 +482,24 @@ pgq_inflight_bound(const PgqGroupRef *group, int64 *bound, uint64 *gen)
 	SpinLockRelease(&entry->mutex);
 	LWLockRelease(pgq_state->lock);
 	return known;
+}
+
+/*
+ * A group was just created: it has no block in flight, and its bound is
+ * known to be 0.  Its blocks are written pending, by this transaction or a
+ * materializer; claims raise the bound as usual.
+ */
+void
+pgq_inflight_none(const PgqGroupRef *group)
+{
+	PgqGroupEntry *entry = entry_lock(group, true);
+
+	if (entry == NULL)
+		return;
+	SpinLockAcquire(&entry->mutex);
+	entry->inflight_known = true;
+	SpinLockRelease(&entry->mutex);
+	LWLockRelease(pgq_state->lock);
 }
 
 /*
