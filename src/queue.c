@@ -978,8 +978,8 @@ wake_returned_groups(int col)
 }
 
 /*
- * Error out unless the caller may consume every group that the blocks and
- * items of ids (a bigint[] Datum) belong to.
+ * Error out unless the caller may consume every queue that the items of ids
+ * (a bigint[] Datum) belong to.
  */
 static void
 check_consume_all(Datum ids)
@@ -991,9 +991,7 @@ check_consume_all(Datum ids)
 	rc = SPI_execute_with_args("SELECT group_name, owner, consumers, producers "
 							   "FROM pgq.groups WHERE group_id " OP("=") " ANY (ARRAY("
 							   "SELECT group_id FROM pgq.items "
-							   "WHERE item_id " OP("=") " ANY ($1) "
-							   "UNION SELECT group_id FROM pgq.blocks "
-							   "WHERE block_id " OP("=") " ANY ($1)))",
+							   "WHERE item_id " OP("=") " ANY ($1)))",
 							   1, argtypes, values, NULL, false, 0);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "could not read groups: %s", SPI_result_code_string(rc));
@@ -1020,11 +1018,13 @@ check_consume_all(Datum ids)
 /*
  * pgq.complete_many(block_ids, attempts, results) -> bigint[]
  *
- * Complete many lease-mode claims in two statements, whatever their number:
- * items of queues (with their results, if results is given) and blocks of
- * query groups, each under its attempt.  Returns the ids completed: those
- * the caller still held.  Only lease-mode claims have state 'c', so claims
- * of other modes are never touched.
+ * Complete many lease-mode claims, each under its attempt: blocks of query
+ * groups one by one through the table AM, as pgq.complete() does, then the
+ * items of queues (with their results, if results is given) in two
+ * statements, whatever their number.  Returns the ids completed: those the
+ * caller still held.  Only lease-mode claims have state 'c', so claims of
+ * other modes are never touched.  The caller must be allowed to consume
+ * every group concerned.
  */
 Datum
 pgq_complete_many(PG_FUNCTION_ARGS)
@@ -1037,6 +1037,7 @@ pgq_complete_many(PG_FUNCTION_ARGS)
 	char		nulls[3] = "   ";
 	Datum	   *done;
 	int			ndone = 0;
+	int			nitems = 0;
 	int			rc;
 	PgqScope	scope;
 
@@ -1064,53 +1065,76 @@ pgq_complete_many(PG_FUNCTION_ARGS)
 	if (ids.n == 0)
 		PG_RETURN_ARRAYTYPE_P(construct_empty_array(INT8OID));
 
-	values[0] = PG_GETARG_DATUM(0);
-	values[1] = PG_GETARG_DATUM(1);
-	values[2] = PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2);
-	nulls[2] = PG_ARGISNULL(2) ? 'n' : ' ';
 	done = palloc(ids.n * sizeof(Datum));
-
 	pgq_enter(&scope);
 	SPI_connect();
-	check_consume_all(values[0]);
-	rc = SPI_execute_with_args("UPDATE pgq.items i SET state = 'd', due_at = NULL, "
-							   "result = u.result, "
-							   "finished_at = pg_catalog.clock_timestamp() "
-							   "FROM ROWS FROM (pg_catalog.unnest($1), "
-							   "pg_catalog.unnest($2), pg_catalog.unnest($3)) "
-							   "AS u (id, attempt, result), pgq.groups g "
-							   "WHERE i.item_id " OP("=") " u.id "
-							   "AND i.state " OP("=") " 'c' "
-							   "AND i.attempt " OP("=") " u.attempt "
-							   "AND g.group_id " OP("=") " i.group_id "
-							   "RETURNING i.item_id, g.group_id, g.created_at",
-							   3, argtypes, values, nulls, false, 0);
-	if (rc != SPI_OK_UPDATE_RETURNING)
-		elog(ERROR, "could not complete items: %s", SPI_result_code_string(rc));
-	for (uint64 i = 0; i < SPI_processed; i++)
-	{
-		bool		isnull;
 
-		done[ndone++] = SPI_getbinval(SPI_tuptable->vals[i],
-									  SPI_tuptable->tupdesc, 1, &isnull);
+	/*
+	 * Blocks first.  The ids that are not blocks, items or none, keep their
+	 * places at the front of the arrays, for the statements below.
+	 */
+	for (int i = 0; i < ids.n; i++)
+	{
+		int64		id = DatumGetInt64(ids.values[i]);
+		PgqGroup	group;
+
+		CHECK_FOR_INTERRUPTS();
+		if (!pgq_lookup_block(id, &group))
+		{
+			ids.values[nitems] = ids.values[i];
+			attempts.values[nitems] = attempts.values[i];
+			if (results.n >= 0)
+			{
+				results.values[nitems] = results.values[i];
+				results.nulls[nitems] = results.nulls[i];
+			}
+			nitems++;
+			continue;
+		}
+		pgq_check_privilege(&group, PGQ_PRIV_CONSUME);
+		if (group.mode == PGQ_MODE_LEASE &&
+			pgq_lease_complete(&group, id, DatumGetInt32(attempts.values[i])))
+			done[ndone++] = Int64GetDatum(id);
 	}
-	wake_returned_groups(2);
 
-	if ((uint64) ndone < (uint64) ids.n)
+	if (nitems > 0)
 	{
-		rc = SPI_execute_with_args("DELETE FROM pgq.blocks b "
-								   "USING ROWS FROM (pg_catalog.unnest($1), "
-								   "pg_catalog.unnest($2)) AS u (id, attempt), "
-								   "pgq.groups g "
-								   "WHERE b.block_id " OP("=") " u.id "
-								   "AND b.state " OP("=") " 'c' "
-								   "AND b.attempt " OP("=") " u.attempt "
-								   "AND g.group_id " OP("=") " b.group_id "
-								   "RETURNING b.block_id, g.group_id, g.created_at",
-								   2, argtypes, values, NULL, false, 0);
-		if (rc != SPI_OK_DELETE_RETURNING)
-			elog(ERROR, "could not complete blocks: %s", SPI_result_code_string(rc));
-		for (uint64 i = 0; i < SPI_processed && ndone < ids.n; i++)
+		int			dims[1] = {nitems};
+		int			lbs[1] = {1};
+
+		values[0] = PointerGetDatum(construct_array(ids.values, nitems, INT8OID,
+													sizeof(int64), FLOAT8PASSBYVAL,
+													TYPALIGN_DOUBLE));
+		values[1] = PointerGetDatum(construct_array(attempts.values, nitems,
+													INT4OID, sizeof(int32), true,
+													TYPALIGN_INT));
+		if (results.n >= 0)
+			values[2] = PointerGetDatum(construct_md_array(results.values,
+														   results.nulls, 1,
+														   dims, lbs, JSONBOID,
+														   -1, false,
+														   TYPALIGN_INT));
+		else
+		{
+			values[2] = (Datum) 0;
+			nulls[2] = 'n';
+		}
+		check_consume_all(values[0]);
+		rc = SPI_execute_with_args("UPDATE pgq.items i SET state = 'd', due_at = NULL, "
+								   "result = u.result, "
+								   "finished_at = pg_catalog.clock_timestamp() "
+								   "FROM ROWS FROM (pg_catalog.unnest($1), "
+								   "pg_catalog.unnest($2), pg_catalog.unnest($3)) "
+								   "AS u (id, attempt, result), pgq.groups g "
+								   "WHERE i.item_id " OP("=") " u.id "
+								   "AND i.state " OP("=") " 'c' "
+								   "AND i.attempt " OP("=") " u.attempt "
+								   "AND g.group_id " OP("=") " i.group_id "
+								   "RETURNING i.item_id, g.group_id, g.created_at",
+								   3, argtypes, values, nulls, false, 0);
+		if (rc != SPI_OK_UPDATE_RETURNING)
+			elog(ERROR, "could not complete items: %s", SPI_result_code_string(rc));
+		for (uint64 i = 0; i < SPI_processed; i++)
 		{
 			bool		isnull;
 
