@@ -295,6 +295,12 @@ UPDATE pgq.blocks SET state = 'r', attempt = 1, lease_until = now()
 WHERE block_id = :u0 + 2;
 PREPARE TRANSACTION 'lease_inflight';
 SELECT state FROM pgq.blocks WHERE block_id = :u0 + 2;
+-- in REPEATABLE READ too, a block the caller does not hold is left alone:
+-- no serialization failure, as nothing changed it since the snapshot
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT pgq.complete(:u0 + 1, attempt => 7) AS complete,
+       pgq.complete_many(ARRAY[:u0 + 1, :u0 + 2], ARRAY[7, 7]) AS complete_many;
+COMMIT;
 
 -- transaction mode has no complete, with claim as without
 BEGIN;

@@ -104,9 +104,10 @@ CREATE TRIGGER blocks_changed AFTER UPDATE ON pgq.blocks
 DROP INDEX pgq.blocks_due_idx;
 ALTER TABLE pgq.blocks SET (fillfactor = 45);
 
--- SQL that makes blocks claimed under a lease or waiting for a retry (pgq's
--- own release, fail and claims of due blocks, or anyone's by hand) raises
--- that bound when it commits.
+-- SQL that makes blocks claimed under a lease or waiting for a retry
+-- (advisory mode's fail, or anyone's by hand) raises that bound when it
+-- commits.  The trigger fires in every session, also under
+-- session_replication_role = replica: claims trust the bound only then.
 CREATE FUNCTION pgq.blocks_inflight()
 RETURNS trigger
 AS 'MODULE_PATHNAME', 'pgq_blocks_inflight'
@@ -120,3 +121,4 @@ REVOKE EXECUTE ON FUNCTION pgq.blocks_inflight() FROM PUBLIC;
 CREATE TRIGGER blocks_inflight BEFORE INSERT OR UPDATE ON pgq.blocks
     FOR EACH ROW WHEN (NEW.state IN ('c', 'r'))
     EXECUTE FUNCTION pgq.blocks_inflight();
+ALTER TABLE pgq.blocks ENABLE ALWAYS TRIGGER blocks_inflight;

@@ -559,7 +559,8 @@ lock_pending(const PgqGroup *group, int64 from, int limit,
  * Lock up to "limit" blocks whose retry came due, oldest first, as a walk of
  * the group's blocks in flight finds them (pgq_block_due()).  Due
  * blocks that others hold stay in the way: look a little further than
- * "limit", but not through all of them.
+ * "limit", but not through all of them.  Due blocks left over wake the
+ * group's waiting claims.
  */
 static int
 lock_due(const PgqGroup *group, int limit, ClaimedBlock *blocks,
@@ -568,10 +569,11 @@ lock_due(const PgqGroup *group, int limit, ClaimedBlock *blocks,
 	PgqDueBlock *due;
 	int			ndue;
 	int			n = 0;
+	int			i;
 
 	ndue = pgq_block_due(&group->ref, GetCurrentTimestamp(),
 						 Min(limit + PGQ_ADVISORY_BATCH, INT_MAX / 2), &due);
-	for (int i = 0; i < ndue && n < limit; i++)
+	for (i = 0; i < ndue && n < limit; i++)
 	{
 		reserve_held();
 		pgq_xact_reserve(1);
@@ -580,6 +582,9 @@ lock_due(const PgqGroup *group, int limit, ClaimedBlock *blocks,
 		if (take_block(group, due[i].block_id, NULL, &blocks[n], cxt))
 			n++;
 	}
+	/* waiting claims did not look while this one did: some are left */
+	if (i < ndue)
+		pgq_wake_group(&group->ref);
 	if (due != NULL)
 		pfree(due);
 	return n;

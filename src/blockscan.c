@@ -634,7 +634,7 @@ pgq_block_delete(int64 group_id, int64 block_id, const int32 *attempt)
 	for (;;)
 	{
 		PgqBlockScan scan;
-		TM_Result	result = TM_Deleted;
+		TM_Result	result = TM_Invisible;	/* not found, or not held */
 		TM_FailureData tmfd;
 		bool		found;
 
@@ -685,6 +685,17 @@ pgq_block_delete(int64 group_id, int64 block_id, const int32 *attempt)
 	}
 }
 
+/*
+ * The look for due blocks this backend has under way, if any, so that an
+ * error does not keep other claims from looking (pgq_block_due_abort()).
+ */
+static struct
+{
+	bool		active;
+	PgqGroupRef group;
+	TimestampTz since;
+}			my_look;
+
 /* Order due blocks by deadline, then block id: the order claims take them in. */
 static int
 compare_due(const void *a, const void *b)
@@ -709,9 +720,12 @@ compare_due_nodes(Datum a, Datum b, void *arg)
 }
 
 /*
- * Is pgq.blocks_inflight there and enabled?  Without it (a database not yet
- * updated from 0.1, or the trigger disabled), SQL can make blocks claimed or
- * waiting beyond the bound that shared memory keeps without raising it.
+ * Does pgq.blocks_inflight fire in every session?  It is made ENABLE ALWAYS,
+ * so that it fires under session_replication_role = replica too (logical
+ * replication's apply workers).  Without it (a database not yet updated
+ * from 0.1, or the trigger disabled or made to fire in some sessions only),
+ * SQL can make blocks claimed or waiting beyond the bound that shared
+ * memory keeps without raising it.
  */
 static bool
 inflight_trigger_enabled(Relation heap)
@@ -723,7 +737,7 @@ inflight_trigger_enabled(Relation heap)
 	for (int i = 0; i < trigdesc->numtriggers; i++)
 	{
 		if (strcmp(trigdesc->triggers[i].tgname, "blocks_inflight") == 0)
-			return trigdesc->triggers[i].tgenabled != TRIGGER_DISABLED;
+			return trigdesc->triggers[i].tgenabled == TRIGGER_FIRES_ALWAYS;
 	}
 	return false;
 }
@@ -906,14 +920,35 @@ pgq_block_due(const PgqGroupRef *group, TimestampTz now, int max,
 
 	if (due != NULL)
 		*due = NULL;
-	if (!own && pgq_due_none(group, now, &gen))
-		return 0;
+	if (!own)
+	{
+		if (pgq_due_none(group, now, &gen))
+			return 0;
+		my_look.group = *group;
+		my_look.since = now;
+		my_look.active = true;
+	}
 	n = walk_due(group, now, max, false, due, &earliest);
 	if (!own)
+	{
 		pgq_due_found(group, gen, now, earliest);
+		my_look.active = false;
+	}
 	if (earliest <= now)
 		return max == 0 ? 1 : n;
 	return 0;
+}
+
+/*
+ * The current (sub)transaction is aborting: if it was looking for due blocks
+ * (pgq_block_due()), let other claims look.  Safe in transaction callbacks.
+ */
+void
+pgq_block_due_abort(void)
+{
+	if (my_look.active)
+		pgq_due_look_abandoned(&my_look.group, my_look.since);
+	my_look.active = false;
 }
 
 /*

@@ -377,8 +377,8 @@ claim_attempt(PgqGroup *group, int max_blocks, ClaimedBlock *blocks,
 /*
  * claim_attempt() in a subtransaction of its own, rolled back if it claims
  * nothing, for waiting claims that update rows (lease mode, queues).  In
- * READ COMMITTED, FOR UPDATE SKIP LOCKED (in the statements that take due
- * blocks and queue items) follows a row that another claim updated since
+ * READ COMMITTED, FOR UPDATE SKIP LOCKED (in the statements that take queue
+ * items) follows a row that another claim updated since
  * the snapshot, locks its new version, finds that it no longer
  * qualifies and skips it, but keeps the lock: a claim that then sleeps would
  * hold up the other claimer's complete or fail for the whole wait.  The

@@ -228,72 +228,85 @@ writer_claimed(BlockWriter *w, int32 attempt, ClaimedBlock *block,
 
 /*
  * Take up to "limit" blocks whose lease ran out or whose retry came due,
- * oldest deadline first, as a walk of the group's blocks in flight finds
- * them (pgq_block_due()): usually there is none.  Each is read again at the
- * row version the walk saw, and locked as pending blocks are; one that had
- * its last attempt already (its lease ran out, or it was released) is
- * dead-lettered instead, and does not count.
+ * oldest deadline first, as walks of the group's blocks in flight find them
+ * (pgq_block_due()): usually there is none.  Each is read again at the row
+ * version the walk saw, and locked as pending blocks are; one that had its
+ * last attempt already (its lease ran out, or it was released) is
+ * dead-lettered instead, and does not count.  Due blocks left over wake the
+ * group's waiting claims, which did not look while this one did.
  */
 static int
 claim_due(const PgqGroup *group, int limit, TimestampTz now,
 		  TimestampTz until, ClaimedBlock *blocks, MemoryContext cxt)
 {
-	BlockWriter w;
-	PgqDueBlock *due;
-	int			ndue;
-	int			changed = 0;
 	int			n = 0;
 
-	/* some candidates may be held by other claims: look at a few more */
-	ndue = pgq_block_due(&group->ref, now, Min(limit, INT_MAX / 4) * 2 + 16,
-						 &due);
-	if (ndue == 0)
-		return 0;
-
-	writer_open(&w);
-	for (int i = 0; i < ndue && n < limit; i++)
+	while (n < limit)
 	{
-		TupleTableSlot *old = w.scan.slot;
-		bool		isnull;
-		char		state;
-		int32		attempt;
+		/* some candidates may be held by other claims: look at a few more */
+		int			max = Min(limit - n, INT_MAX / 4) * 2 + 16;
+		BlockWriter w;
+		PgqDueBlock *due;
+		int			ndue;
+		int			changed = 0;
+		int			i;
 
-		CHECK_FOR_INTERRUPTS();
-		if (!table_tuple_fetch_row_version(w.scan.heap, &due[i].tid,
-										   w.scan.snapshot, old))
-			continue;			/* changed since the walk */
-		if (!writer_lock(&w))
-			continue;
+		ndue = pgq_block_due(&group->ref, now, max, &due);
+		if (ndue == 0)
+			break;
 
-		/* the TID may hold another row now: check everything again */
-		state = DatumGetChar(old->tts_values[Anum_blocks_state - 1]);
-		if (DatumGetInt64(old->tts_values[Anum_blocks_group_id - 1]) != group->ref.group_id ||
-			(state != PGQ_BLOCK_CLAIMED && state != 'r') ||
-			old->tts_isnull[Anum_blocks_lease_until - 1] ||
-			DatumGetTimestampTz(old->tts_values[Anum_blocks_lease_until - 1]) > now)
-			continue;
-
-		attempt = DatumGetInt32(old->tts_values[Anum_blocks_attempt - 1]);
-		changed++;
-		if (attempt >= group->max_attempts)
+		writer_open(&w);
+		for (i = 0; i < ndue && n < limit; i++)
 		{
-			const char *error = NULL;
+			TupleTableSlot *old = w.scan.slot;
+			bool		isnull;
+			char		state;
+			int32		attempt;
 
-			(void) slot_getattr(old, Anum_blocks_last_error, &isnull);
-			if (state == PGQ_BLOCK_CLAIMED)
-				error = "lease expired";
-			else if (isnull)
-				error = "released on its last attempt";
-			writer_update(&w, 'f', attempt, 0, error);
-			/* that must stay, even if nothing else is claimed */
-			pgq_claim_changed_more();
-			continue;
+			CHECK_FOR_INTERRUPTS();
+			if (!table_tuple_fetch_row_version(w.scan.heap, &due[i].tid,
+											   w.scan.snapshot, old))
+				continue;		/* changed since the walk */
+			if (!writer_lock(&w))
+				continue;
+
+			/* the TID may hold another row now: check everything again */
+			state = DatumGetChar(old->tts_values[Anum_blocks_state - 1]);
+			if (DatumGetInt64(old->tts_values[Anum_blocks_group_id - 1]) != group->ref.group_id ||
+				(state != PGQ_BLOCK_CLAIMED && state != 'r') ||
+				old->tts_isnull[Anum_blocks_lease_until - 1] ||
+				DatumGetTimestampTz(old->tts_values[Anum_blocks_lease_until - 1]) > now)
+				continue;
+
+			attempt = DatumGetInt32(old->tts_values[Anum_blocks_attempt - 1]);
+			changed++;
+			if (attempt >= group->max_attempts)
+			{
+				const char *error = NULL;
+
+				(void) slot_getattr(old, Anum_blocks_last_error, &isnull);
+				if (state == PGQ_BLOCK_CLAIMED)
+					error = "lease expired";
+				else if (isnull)
+					error = "released on its last attempt";
+				writer_update(&w, 'f', attempt, 0, error);
+				/* that must stay, even if nothing else is claimed */
+				pgq_claim_changed_more();
+				continue;
+			}
+			writer_update(&w, PGQ_BLOCK_CLAIMED, attempt + 1, until, NULL);
+			writer_claimed(&w, attempt + 1, &blocks[n++], cxt);
 		}
-		writer_update(&w, PGQ_BLOCK_CLAIMED, attempt + 1, until, NULL);
-		writer_claimed(&w, attempt + 1, &blocks[n++], cxt);
+		writer_close(&w, changed > 0);
+		pfree(due);
+
+		if (n == limit && (i < ndue || ndue == max))
+			pgq_wake_group(&group->ref);
+
+		/* the walk kept only the earliest "max": look again for the rest */
+		if (ndue < max || changed == 0)
+			break;
 	}
-	writer_close(&w, changed > 0);
-	pfree(due);
 	return n;
 }
 

@@ -257,6 +257,7 @@ extern Datum pgq_block_attr(PgqBlockScan *scan, AttrNumber attnum,
 extern int	pgq_block_due(const PgqGroupRef *group, TimestampTz now, int max,
 						  PgqDueBlock **due);
 extern bool pgq_block_any_deadline(const PgqGroupRef *group);
+extern void pgq_block_due_abort(void);
 extern bool pgq_block_group_id(int64 block_id, int64 *group_id);
 extern bool pgq_block_delete(int64 group_id, int64 block_id,
 							 const int32 *attempt);
@@ -354,6 +355,9 @@ extern bool pgq_due_none(const PgqGroupRef *group, TimestampTz now,
 						 uint64 *gen);
 extern void pgq_due_found(const PgqGroupRef *group, uint64 gen,
 						  TimestampTz now, TimestampTz earliest);
+extern TimestampTz pgq_due_recorded(const PgqGroupRef *group);
+extern void pgq_due_look_abandoned(const PgqGroupRef *group,
+									TimestampTz now);
 extern void pgq_due_lower(const PgqGroupRef *group, TimestampTz until);
 extern void pgq_due_forget_all(Oid dbid);
 extern bool pgq_group_has_entry(const PgqGroupRef *group);

@@ -1016,15 +1016,75 @@ check_consume_all(Datum ids)
 }
 
 /*
+ * Complete the lease-mode items among the first n ids, each under its
+ * attempt and with its result, in one statement, after checking that the
+ * caller may consume their queues.  Their ids go to done[*ndone].
+ */
+static void
+complete_items(ArgArray *ids, ArgArray *attempts, ArgArray *results, int n,
+			   Datum *done, int *ndone)
+{
+	Oid			argtypes[3] = {INT8ARRAYOID, INT4ARRAYOID, JSONBARRAYOID};
+	Datum		values[3];
+	char		nulls[3] = "   ";
+	int			dims[1] = {n};
+	int			lbs[1] = {1};
+	int			rc;
+
+	values[0] = PointerGetDatum(construct_array(ids->values, n, INT8OID,
+												sizeof(int64), FLOAT8PASSBYVAL,
+												TYPALIGN_DOUBLE));
+	values[1] = PointerGetDatum(construct_array(attempts->values, n, INT4OID,
+												sizeof(int32), true,
+												TYPALIGN_INT));
+	if (results->n >= 0)
+		values[2] = PointerGetDatum(construct_md_array(results->values,
+													   results->nulls, 1, dims,
+													   lbs, JSONBOID, -1, false,
+													   TYPALIGN_INT));
+	else
+	{
+		values[2] = (Datum) 0;
+		nulls[2] = 'n';
+	}
+	check_consume_all(values[0]);
+	rc = SPI_execute_with_args("UPDATE pgq.items i SET state = 'd', due_at = NULL, "
+							   "result = u.result, "
+							   "finished_at = pg_catalog.clock_timestamp() "
+							   "FROM ROWS FROM (pg_catalog.unnest($1), "
+							   "pg_catalog.unnest($2), pg_catalog.unnest($3)) "
+							   "AS u (id, attempt, result), pgq.groups g "
+							   "WHERE i.item_id " OP("=") " u.id "
+							   "AND i.state " OP("=") " 'c' "
+							   "AND i.attempt " OP("=") " u.attempt "
+							   "AND g.group_id " OP("=") " i.group_id "
+							   "RETURNING i.item_id, g.group_id, g.created_at",
+							   3, argtypes, values, nulls, false, 0);
+	if (rc != SPI_OK_UPDATE_RETURNING)
+		elog(ERROR, "could not complete items: %s", SPI_result_code_string(rc));
+	/* no more than one per id, even should rows made by hand share one */
+	for (uint64 i = 0; i < SPI_processed && *ndone < ids->n; i++)
+	{
+		bool		isnull;
+
+		done[(*ndone)++] = SPI_getbinval(SPI_tuptable->vals[i],
+										 SPI_tuptable->tupdesc, 1, &isnull);
+	}
+	wake_returned_groups(2);
+}
+
+/*
  * pgq.complete_many(block_ids, attempts, results) -> bigint[]
  *
  * Complete many lease-mode claims, each under its attempt: blocks of query
- * groups one by one through the table AM, as pgq.complete() does, then the
+ * groups one by one through the table AM, as pgq.complete() does, and the
  * items of queues (with their results, if results is given) in two
- * statements, whatever their number.  Returns the ids completed: those the
- * caller still held.  Only lease-mode claims have state 'c', so claims of
- * other modes are never touched.  The caller must be allowed to consume
- * every group concerned.
+ * statements, whatever their number.  A call usually completes what one
+ * claim returned, all blocks or all items: the first id decides which are
+ * looked for first.  Returns the ids completed: those the caller still
+ * held.  Only lease-mode claims have state 'c', so claims of other modes are
+ * never touched.  The caller must be allowed to consume every group
+ * concerned.
  */
 Datum
 pgq_complete_many(PG_FUNCTION_ARGS)
@@ -1032,13 +1092,11 @@ pgq_complete_many(PG_FUNCTION_ARGS)
 	ArgArray	ids;
 	ArgArray	attempts;
 	ArgArray	results;
-	Oid			argtypes[3] = {INT8ARRAYOID, INT4ARRAYOID, JSONBARRAYOID};
-	Datum		values[3];
-	char		nulls[3] = "   ";
 	Datum	   *done;
 	int			ndone = 0;
-	int			nitems = 0;
-	int			rc;
+	int			nrest = 0;
+	bool		blocks_first;
+	PgqGroup	group;
 	PgqScope	scope;
 
 	pgq_check_arg_not_null(fcinfo, 0, "block_ids");
@@ -1069,26 +1127,34 @@ pgq_complete_many(PG_FUNCTION_ARGS)
 	pgq_enter(&scope);
 	SPI_connect();
 
+	blocks_first = pgq_lookup_block(DatumGetInt64(ids.values[0]), &group);
+	if (!blocks_first)
+		complete_items(&ids, &attempts, &results, ids.n, done, &ndone);
+
 	/*
-	 * Blocks first.  The ids that are not blocks, items or none, keep their
-	 * places at the front of the arrays, for the statements below.
+	 * Blocks.  The ids that are not (or, after the items, not completed)
+	 * keep their places at the front of the arrays, for complete_items().
 	 */
+	qsort(done, ndone, sizeof(Datum), compare_datum_int64);
 	for (int i = 0; i < ids.n; i++)
 	{
 		int64		id = DatumGetInt64(ids.values[i]);
-		PgqGroup	group;
 
 		CHECK_FOR_INTERRUPTS();
+		if (!blocks_first &&
+			bsearch(&ids.values[i], done, ndone, sizeof(Datum),
+					compare_datum_int64) != NULL)
+			continue;			/* an item, completed */
 		if (!pgq_lookup_block(id, &group))
 		{
-			ids.values[nitems] = ids.values[i];
-			attempts.values[nitems] = attempts.values[i];
+			ids.values[nrest] = ids.values[i];
+			attempts.values[nrest] = attempts.values[i];
 			if (results.n >= 0)
 			{
-				results.values[nitems] = results.values[i];
-				results.nulls[nitems] = results.nulls[i];
+				results.values[nrest] = results.values[i];
+				results.nulls[nrest] = results.nulls[i];
 			}
-			nitems++;
+			nrest++;
 			continue;
 		}
 		pgq_check_privilege(&group, PGQ_PRIV_CONSUME);
@@ -1096,53 +1162,9 @@ pgq_complete_many(PG_FUNCTION_ARGS)
 			pgq_lease_complete(&group, id, DatumGetInt32(attempts.values[i])))
 			done[ndone++] = Int64GetDatum(id);
 	}
+	if (blocks_first && nrest > 0)
+		complete_items(&ids, &attempts, &results, nrest, done, &ndone);
 
-	if (nitems > 0)
-	{
-		int			dims[1] = {nitems};
-		int			lbs[1] = {1};
-
-		values[0] = PointerGetDatum(construct_array(ids.values, nitems, INT8OID,
-													sizeof(int64), FLOAT8PASSBYVAL,
-													TYPALIGN_DOUBLE));
-		values[1] = PointerGetDatum(construct_array(attempts.values, nitems,
-													INT4OID, sizeof(int32), true,
-													TYPALIGN_INT));
-		if (results.n >= 0)
-			values[2] = PointerGetDatum(construct_md_array(results.values,
-														   results.nulls, 1,
-														   dims, lbs, JSONBOID,
-														   -1, false,
-														   TYPALIGN_INT));
-		else
-		{
-			values[2] = (Datum) 0;
-			nulls[2] = 'n';
-		}
-		check_consume_all(values[0]);
-		rc = SPI_execute_with_args("UPDATE pgq.items i SET state = 'd', due_at = NULL, "
-								   "result = u.result, "
-								   "finished_at = pg_catalog.clock_timestamp() "
-								   "FROM ROWS FROM (pg_catalog.unnest($1), "
-								   "pg_catalog.unnest($2), pg_catalog.unnest($3)) "
-								   "AS u (id, attempt, result), pgq.groups g "
-								   "WHERE i.item_id " OP("=") " u.id "
-								   "AND i.state " OP("=") " 'c' "
-								   "AND i.attempt " OP("=") " u.attempt "
-								   "AND g.group_id " OP("=") " i.group_id "
-								   "RETURNING i.item_id, g.group_id, g.created_at",
-								   3, argtypes, values, nulls, false, 0);
-		if (rc != SPI_OK_UPDATE_RETURNING)
-			elog(ERROR, "could not complete items: %s", SPI_result_code_string(rc));
-		for (uint64 i = 0; i < SPI_processed; i++)
-		{
-			bool		isnull;
-
-			done[ndone++] = SPI_getbinval(SPI_tuptable->vals[i],
-										  SPI_tuptable->tupdesc, 1, &isnull);
-		}
-		wake_returned_groups(2);
-	}
 	if (ndone > 0)
 		pgq_lease_durable();
 	SPI_finish();

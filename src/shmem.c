@@ -25,7 +25,8 @@
  *			that raced with lease commits records no later than the
  *			earliest of their leases (due_lowered).  One claim looks at a
  *			time (due_looking): the others go on without looking until it
- *			is done, for at most PGQ_DUE_TRUST.
+ *			is done, for at most PGQ_DUE_TRUST, unless the deadlines were
+ *			forgotten since it began (its snapshot may not show why).
  *	inflight_max  no block above it is claimed under a lease or waits for
  *			a retry (state 'c' or 'r'), once inflight_known: a look for due
  *			blocks walks the group's primary key only up to there, since
@@ -83,6 +84,7 @@ typedef struct PgqGroupEntry
 	TimestampTz due_lowered;	/* the earliest lease committed since the
 								 * last look recorded what it found */
 	TimestampTz due_looking;	/* when the look under way began; 0: none */
+	uint64		due_looking_gen;	/* due_gen when it began */
 	int64		inflight_max;
 	bool		inflight_known;
 	uint64		inflight_gen;
@@ -349,10 +351,14 @@ pgq_due_none(const PgqGroupRef *group, TimestampTz now, uint64 *gen)
 	none = entry->due_checked != 0 && now < entry->due_from &&
 		now >= entry->due_checked && now - entry->due_checked < PGQ_DUE_TRUST;
 	if (!none && entry->due_looking != 0 && now >= entry->due_looking &&
-		now - entry->due_looking < PGQ_DUE_TRUST)
+		now - entry->due_looking < PGQ_DUE_TRUST &&
+		entry->due_looking_gen == entry->due_gen)
 		none = true;
 	else if (!none)
+	{
 		entry->due_looking = now;
+		entry->due_looking_gen = entry->due_gen;
+	}
 	*gen = entry->due_gen;
 	SpinLockRelease(&entry->mutex);
 	LWLockRelease(pgq_state->lock);
@@ -386,6 +392,46 @@ pgq_due_found(const PgqGroupRef *group, uint64 gen, TimestampTz now,
 		entry->due_lowered = DT_NOEND;
 		entry->due_checked = now;
 	}
+	SpinLockRelease(&entry->mutex);
+	LWLockRelease(pgq_state->lock);
+}
+
+/*
+ * Before what time did the last look for due blocks find nothing due, as
+ * lowered by the lease commits since?  0 if no look recorded anything since
+ * the deadlines were last forgotten.  However old the look.
+ */
+TimestampTz
+pgq_due_recorded(const PgqGroupRef *group)
+{
+	PgqGroupEntry *entry = entry_lock(group, false);
+	TimestampTz from = 0;
+
+	if (entry == NULL)
+		return 0;
+	SpinLockAcquire(&entry->mutex);
+	if (entry->due_checked != 0)
+		from = entry->due_from;
+	SpinLockRelease(&entry->mutex);
+	LWLockRelease(pgq_state->lock);
+	return from;
+}
+
+/*
+ * The look for due blocks that began at "now" ended with an error: let other
+ * claims look.  Safe in transaction callbacks: it allocates nothing and
+ * cannot fail.
+ */
+void
+pgq_due_look_abandoned(const PgqGroupRef *group, TimestampTz now)
+{
+	PgqGroupEntry *entry = entry_lock(group, false);
+
+	if (entry == NULL)
+		return;
+	SpinLockAcquire(&entry->mutex);
+	if (entry->due_looking == now)
+		entry->due_looking = 0;
 	SpinLockRelease(&entry->mutex);
 	LWLockRelease(pgq_state->lock);
 }

@@ -283,9 +283,14 @@ wake_due_groups(void)
 		blocks = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[i],
 											SPI_tuptable->tupdesc, 3,
 											&isnull));
-		/* only claims that wait need waking, and they have an entry */
+		/*
+		 * Only claims that wait need waking, and they have an entry.  They
+		 * look again every pgq.wait_recheck_interval themselves: trust the
+		 * last look's time however old, and walk only once it has come.
+		 */
 		if (!blocks ||
 			(pgq_group_has_entry(&group) &&
+			 pgq_due_recorded(&group) <= now &&
 			 pgq_block_due(&group, now, 0, NULL) > 0))
 			pgq_wake_group(&group);
 	}

@@ -253,10 +253,11 @@ pgq_blocks_changed(PG_FUNCTION_ARGS)
  * pgq.blocks for rows claimed under a lease or waiting for a retry (its WHEN
  * clause).  Looks for due blocks walk a group only up to the highest such
  * block that shared memory knows of, so a row that becomes one (inserted,
- * or updated from another state, by hand) has its block id added there at
- * commit (pgq_inflight_raise()).  pgq's own statements (release, fail) only
- * change blocks that were claimed already, which the bound covers.  Lease
- * claims, which run no SQL, raise it from their records (settle_claims()).
+ * updated from another state, or given another block or group id) has its
+ * block id added there at commit (pgq_inflight_raise()): advisory mode's
+ * pgq.fail(), or SQL run by hand.  Lease mode's release and fail change
+ * blocks that were claimed already, which the bound covers; lease claims,
+ * which run no SQL, raise it from their records (settle_claims()).
  */
 Datum
 pgq_blocks_inflight(PG_FUNCTION_ARGS)
@@ -278,22 +279,26 @@ pgq_blocks_inflight(PG_FUNCTION_ARGS)
 				 errmsg("pgq.blocks_inflight() can only be called as a BEFORE INSERT OR UPDATE ... FOR EACH ROW trigger")));
 
 	tupdesc = RelationGetDescr(trigdata->tg_relation);
-	if (TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event))
-	{
-		char		before = DatumGetChar(heap_getattr(trigdata->tg_trigtuple,
-													   Anum_blocks_state,
-													   tupdesc, &isnull));
-
-		tuple = trigdata->tg_newtuple;
-		if (before == PGQ_BLOCK_CLAIMED || before == 'r')
-			return PointerGetDatum(tuple);
-	}
-	else
-		tuple = trigdata->tg_trigtuple;
+	tuple = TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) ?
+		trigdata->tg_newtuple : trigdata->tg_trigtuple;
 	group_id = DatumGetInt64(heap_getattr(tuple, Anum_blocks_group_id,
 										  tupdesc, &isnull));
 	block_id = DatumGetInt64(heap_getattr(tuple, Anum_blocks_block_id,
 										  tupdesc, &isnull));
+	if (TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event))
+	{
+		HeapTuple	old = trigdata->tg_trigtuple;
+		char		before = DatumGetChar(heap_getattr(old, Anum_blocks_state,
+													   tupdesc, &isnull));
+
+		/* a block that was in flight already, where it was */
+		if ((before == PGQ_BLOCK_CLAIMED || before == 'r') &&
+			DatumGetInt64(heap_getattr(old, Anum_blocks_group_id, tupdesc,
+									   &isnull)) == group_id &&
+			DatumGetInt64(heap_getattr(old, Anum_blocks_block_id, tupdesc,
+									   &isnull)) == block_id)
+			return PointerGetDatum(tuple);
+	}
 
 	for (i = 0; i < ninflight; i++)
 		if (inflight[i].group_id == group_id)
@@ -567,6 +572,7 @@ pgq_xact_callback(XactEvent event, void *arg)
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
+			pgq_block_due_abort();
 			settle_claims(0, true);
 			pgq_lease_xact_end();
 			break;
@@ -609,6 +615,7 @@ pgq_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 				claims[i].nest_level = level - 1;
 			break;
 		case SUBXACT_EVENT_ABORT_SUB:
+			pgq_block_due_abort();
 			settle_claims(first, true);
 			break;
 		default:
