@@ -490,27 +490,24 @@ may_lock_more(int taken)
 
 /*
  * Walk the candidate rows of a scan whose keys are set, and lock up to
- * "limit" of them, those in one of the states "states" (a string of state
- * characters).  At most "look" candidates are looked at.  *last gets the
- * block id of the last candidate looked at, if any.  Returns how many were
- * taken; *stop is set when a limit on locks ends the claim.
+ * "limit" of the pending ones.  *last gets the block id of the last
+ * candidate looked at, if any.  Returns how many were taken; *stop is set
+ * when a limit on locks ends the claim.
  */
 static int
-lock_candidates(const PgqGroup *group, PgqBlockScan *scan, const char *states,
-				int limit, int look, ClaimedBlock *blocks, MemoryContext cxt,
-				int64 *last, bool *stop)
+lock_candidates(const PgqGroup *group, PgqBlockScan *scan, int limit,
+				ClaimedBlock *blocks, MemoryContext cxt, int64 *last,
+				bool *stop)
 {
 	int			n = 0;
 
-	while (n < limit && look-- > 0 && pgq_block_scan_next(scan))
+	while (n < limit && pgq_block_scan_next(scan))
 	{
 		bool		isnull;
 		int64		block_id;
 
-		char		state = DatumGetChar(pgq_block_attr(scan, Anum_blocks_state,
-														&isnull));
-
-		if (state == '\0' || strchr(states, state) == NULL)
+		if (DatumGetChar(pgq_block_attr(scan, Anum_blocks_state,
+										&isnull)) != 'p')
 			continue;
 		block_id = DatumGetInt64(pgq_block_attr(scan, Anum_blocks_block_id,
 												&isnull));
@@ -548,8 +545,8 @@ lock_pending(const PgqGroup *group, int64 from, int limit,
 	{
 		pgq_block_scan_claim_pass(&scan, group->ref.group_id, from, limit,
 								  pass);
-		n += lock_candidates(group, &scan, "p", limit - n, INT_MAX,
-							 blocks + n, cxt, last, &stop);
+		n += lock_candidates(group, &scan, limit - n, blocks + n, cxt, last,
+							 &stop);
 	}
 	pgq_block_scan_close(&scan);
 	return n;

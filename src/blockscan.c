@@ -748,7 +748,8 @@ inflight_trigger_enabled(Relation heap)
  * claimed under a lease or waiting for a retry.  The walk sees what is
  * committed, and none of the current transaction's own changes: had it
  * completed the highest block, say, and then rolled back, the block would
- * lie above the bound.  Its own blocks count anyway (pgq_xact_inflight_highest()).
+ * lie above the bound.  Its own blocks count anyway
+ * (pgq_xact_inflight_highest()).
  */
 static void
 learn_bound(const PgqGroupRef *group, uint64 gen)
@@ -905,9 +906,9 @@ walk_due(const PgqGroupRef *group, TimestampTz now, int max,
  * up to "max" of them, earliest deadline first, into *due (palloc'd; NULL
  * if none).  No walk is needed before the earliest deadline that the last
  * look found, nor while another claim looks (see pgq_due_none()); otherwise
- * walk, and remember what the walk found if nothing is due.  A transaction that updated pgq.blocks
- * itself walks every time, and keeps what it sees to itself.  With max 0,
- * returns 1 if some block is due, 0 if none is.
+ * walk, and remember what the walk found if nothing is due.  A transaction
+ * that updated pgq.blocks itself walks every time, and keeps what it sees
+ * to itself.  With max 0, returns 1 if some block is due, 0 if none is.
  */
 int
 pgq_block_due(const PgqGroupRef *group, TimestampTz now, int max,

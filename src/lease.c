@@ -93,7 +93,7 @@ pgq_lease_xact_end(void)
 
 /*
  * Where a claim changes pgq.blocks: the table and its kept indexes, opened
- * for the executor's index code (see claim_pending()).
+ * for the executor's index code.
  */
 typedef struct BlockWriter
 {
