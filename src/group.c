@@ -137,25 +137,30 @@ pgq_prepare_group_query(const char *query)
 }
 
 /*
- * Make the transaction read-only until leave_read_only(): the group's query
- * runs this way, so that nothing it calls can write.
+ * Open a cursor on the group's query, or fetch from it, with the transaction
+ * read-only, so that nothing the query calls can write.  The flag behind
+ * transaction_read_only is set around the one call and put back however it
+ * ends: from PostgreSQL 17 on, the setting itself cannot be changed with a
+ * save action inside a function, and SET LOCAL would outlive the call.
  */
-static int
-enter_read_only(void)
-{
-	int			nestlevel = NewGUCNestLevel();
-
-	(void) set_config_option("transaction_read_only", "on",
-							 PGC_USERSET, PGC_S_SESSION,
-							 GUC_ACTION_SAVE, true, 0, false);
-	return nestlevel;
-}
-
-/* Undo enter_read_only(). */
 static void
-leave_read_only(int nestlevel)
+read_only_step(SPIPlanPtr query_plan, Portal *portal)
 {
-	AtEOXact_GUC(true, nestlevel);
+	bool		save_read_only = XactReadOnly;
+
+	XactReadOnly = true;
+	PG_TRY();
+	{
+		if (*portal == NULL)
+			*portal = SPI_cursor_open(NULL, query_plan, NULL, NULL, false);
+		else
+			SPI_cursor_fetch(*portal, true, PGQ_FETCH_ROWS);
+	}
+	PG_FINALLY();
+	{
+		XactReadOnly = save_read_only;
+	}
+	PG_END_TRY();
 }
 
 /*
@@ -166,17 +171,14 @@ leave_read_only(int nestlevel)
 int64
 pgq_run_group_query(SPIPlanPtr query_plan, PgqIdSink sink, void *arg)
 {
-	Portal		portal;
+	Portal		portal = NULL;
 	Oid			typid;
 	int64	   *ids;
 	int64		total = 0;
-	int			nestlevel;
 
 	ids = palloc(PGQ_FETCH_ROWS * sizeof(int64));
 
-	nestlevel = enter_read_only();
-	portal = SPI_cursor_open(NULL, query_plan, NULL, NULL, false);
-	leave_read_only(nestlevel);
+	read_only_step(query_plan, &portal);
 	typid = check_id_column(portal->tupDesc);
 
 	for (;;)
@@ -186,9 +188,7 @@ pgq_run_group_query(SPIPlanPtr query_plan, PgqIdSink sink, void *arg)
 
 		CHECK_FOR_INTERRUPTS();
 
-		nestlevel = enter_read_only();
-		SPI_cursor_fetch(portal, true, PGQ_FETCH_ROWS);
-		leave_read_only(nestlevel);
+		read_only_step(query_plan, &portal);
 
 		tuptable = SPI_tuptable;
 		nrows = SPI_processed;
