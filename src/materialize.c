@@ -250,7 +250,9 @@ wait_for_creator(TransactionId xid)
 
 /*
  * Stop the reader when the writer exits, whatever the reason: a reader left
- * alone would run its query to the end for nothing.
+ * alone would run its query to the end for nothing.  Registered with
+ * before_shmem_exit(): TerminateBackgroundWorker() takes an LWLock, which a
+ * process can no longer do once its PGPROC is gone (on_proc_exit time).
  */
 static void
 stop_reader(int code, Datum arg)
@@ -558,7 +560,7 @@ pgq_writer_main(Datum arg)
 	(void) LockAcquire(&tag, ExclusiveLock, true, false);
 	CommitTransactionCommand();
 
-	on_proc_exit(stop_reader, (Datum) 0);
+	before_shmem_exit(stop_reader, (Datum) 0);
 	mqh = start_reader(&args);
 	reply_to_creator(creator_seg, mqh != NULL ? PGQ_STARTED : PGQ_NO_SLOT);
 	if (mqh == NULL)
