@@ -1,35 +1,46 @@
 #!/usr/bin/env bash
-# Run pgq's whole test suite: pg_regress, isolation specs and TAP tests.
+# Run pgq's whole test suite: pg_regress, isolation specs and TAP tests, on
+# every PostgreSQL that CI covers.
 #
 # As root (a fresh Debian 12 machine, or CI): installs the packages it needs,
-# builds with -Wall -Wextra -Werror, installs the extension, and runs the
-# suites as an unprivileged user in a copy of the tree, since initdb refuses
-# to run as root.  As another user: builds in place and runs the suites
-# against the pgq already installed.
+# builds the servers with assertions that it tests on (test/build-postgres.sh,
+# cached under /var/cache/pgq-postgres), and for each target builds pgq with
+# -Wall -Wextra -Werror in a copy of the tree, installs it into that server,
+# and runs the suites as an unprivileged user, since initdb refuses root.
+# As another user: builds in place and runs the suites against the pgq
+# already installed for $PG_CONFIG.
 #
-# Each suite starts its own throwaway instance; nothing touches a running
-# server.  Ends with a line "N passed, N failed".
+# The targets (PGQ_TEST_TARGETS, in this order by default):
+#   15            Debian's PostgreSQL 15 package    regress isolation tap
+#   cassert-18    18 from Debian's source package   regress isolation tap
+#   cassert-17    17 from Debian's source package   regress isolation
+#   cassert-15    15 from Debian's source package   regress isolation
+# PGQ_TEST_TARGETS=custom with PG_CONFIG runs all three suites on that server.
+# PGQ_SUITES names the suites to run (e.g. "regress tap"); PGQ_REGRESS,
+# PGQ_ISOLATION and PGQ_PROVE_TESTS narrow them to some tests (as the
+# Makefile's REGRESS, ISOLATION and PROVE_TESTS).
+#
+# A target fails if a test fails, or if any server log holds a failed
+# assertion, a PANIC or a process ended by a signal other than a test's own
+# kill -9, even when every test passed.  Each suite starts its own throwaway
+# instance; nothing touches a running server.  The run prints one line per
+# target and ends with a line "N passed, N failed".
 set -euo pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
 test_user=${PGQ_TEST_USER:-pgqtest}
-pg_major=${PG_MAJOR:-15}
 log_dir=$(mktemp -d /tmp/pgq-test-logs.XXXXXX)
 chmod 755 "$log_dir"
+start=$SECONDS
 
 say() { printf '\n=== %s\n' "$*"; }
 
-install_packages() {
-	local missing=()
-	for pkg in "postgresql-$pg_major" "postgresql-server-dev-$pg_major" \
-		libipc-run-perl python3-psycopg pgbouncer make gcc; do
-		dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
-	done
-	if [ ${#missing[@]} -gt 0 ]; then
-		say "installing ${missing[*]}"
-		apt-get update -qq
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
-	fi
+# the server logs' lines that fail a run: see the header
+crash_lines() {
+	find "$@" -type f -name '*.log' ! -name 'regress_log_*' -path '*/log/*' \
+		-print0 2>/dev/null |
+		xargs -0 -r grep -H -E 'TRAP: |PANIC: |terminated by signal|was terminated by exception' |
+		grep -v -E 'terminated by signal 9: Killed' || true
 }
 
 run_as_tester() {
@@ -40,86 +51,207 @@ run_as_tester() {
 	fi
 }
 
-export PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/$pg_major/bin/pg_config}
-
-if [ "$(id -u)" = 0 ]; then
-	install_packages
-	# build in a copy, so that no root-owned build output is left in the tree
-	work=$(mktemp -d /tmp/pgq-test.XXXXXX)
-	trap 'rm -rf "$work"' EXIT
-	cp -a "$top"/. "$work"/
-	say "building and installing"
-	make -C "$work" -s clean >/dev/null
-	make -C "$work" -s PG_CFLAGS='-Wall -Wextra -Werror'
-	make -C "$work" -s install >/dev/null
-	id "$test_user" >/dev/null 2>&1 || useradd --create-home "$test_user"
-	chown -R "$test_user" "$work" "$log_dir"
-else
-	say "building (pgq must already be installed)"
-	make -C "$top" -s PG_CFLAGS='-Wall -Wextra -Werror'
-	work=$top
-fi
-
-# Run one suite with the other two switched off; keep going on failure so
-# that every suite reports.
-passed=0
-failed=0
-failed_suites=()
-run_suite() {
-	local name=$1
-	shift
-	say "$name"
-	if run_as_tester make -C "$work" installcheck "$@" 2>&1 | tee "$log_dir/$name.log"; then
-		:
-	else
-		failed_suites+=("$name")
+install_packages() {
+	local missing=()
+	for pkg in postgresql-15 postgresql-server-dev-15 libipc-run-perl \
+		python3-psycopg pgbouncer make gcc; do
+		dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+	done
+	if [ ${#missing[@]} -gt 0 ]; then
+		say "installing ${missing[*]}"
+		apt-get update -qq
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 	fi
 }
 
-run_suite regress ISOLATION= TAP_TESTS=
-run_suite isolation REGRESS= TAP_TESTS=
-run_suite tap REGRESS= ISOLATION=
+suites_of() {
+	if [ -n "${PGQ_SUITES:-}" ]; then
+		echo "$PGQ_SUITES"
+		return
+	fi
+	case $1 in
+		15 | cassert-18 | custom) echo regress isolation tap ;;
+		cassert-17 | cassert-15) echo regress isolation ;;
+		*) echo "unknown target $1" >&2; return 1 ;;
+	esac
+}
 
-# Count tests: pg_regress and isolation print one line per test ("... ok"
-# or "... FAILED"); prove prints "ok N" / "not ok N" per assertion.
-for suite in regress isolation; do
-	p=$(grep -cE '\.\.\. +ok' "$log_dir/$suite.log" || true)
-	f=$(grep -cE '\.\.\. +FAILED' "$log_dir/$suite.log" || true)
-	passed=$((passed + p))
-	failed=$((failed + f))
-done
-if grep -q '^Files=' "$log_dir/tap.log"; then
-	total=$(sed -n 's/^Files=[0-9]*, Tests=\([0-9]*\),.*/\1/p' "$log_dir/tap.log")
-	f=$(sed -n 's/^Failed \([0-9]*\)\/[0-9]* subtests.*/\1/p' "$log_dir/tap.log" | awk '{s += $1} END {print s + 0}')
-	passed=$((passed + total - f))
-	failed=$((failed + f))
+passed=0
+failed=0
+failed_targets=()
+summary=()
+
+# make's arguments that run one suite with the other two switched off
+suite_args() {
+	case $1 in
+		regress) echo "ISOLATION= TAP_TESTS= ${PGQ_REGRESS:+REGRESS=$PGQ_REGRESS}" ;;
+		isolation) echo "REGRESS= TAP_TESTS= ${PGQ_ISOLATION:+ISOLATION=$PGQ_ISOLATION}" ;;
+		tap) echo "REGRESS= ISOLATION=" ;;
+	esac
+}
+
+# Count one suite's results from its log into the globals p and f:
+# pg_regress and isolation print one line per test ("... ok" / "... FAILED"),
+# prove prints "Files=..., Tests=N" and "Failed N/M subtests".
+count_suite() {
+	local suite=$1 log=$2
+	p=0
+	f=0
+	if [ "$suite" = tap ]; then
+		if grep -q '^Files=' "$log"; then
+			local total
+			total=$(sed -n 's/^Files=[0-9]*, Tests=\([0-9]*\),.*/\1/p' "$log")
+			f=$(sed -n 's/^Failed \([0-9]*\)\/[0-9]* subtests.*/\1/p' "$log" | awk '{s += $1} END {print s + 0}')
+			p=$((total - f))
+		fi
+	else
+		p=$(grep -cE '\.\.\. +ok|^ok [0-9]+ ' "$log" || true)
+		f=$(grep -cE '\.\.\. +FAILED|^not ok [0-9]+ ' "$log" || true)
+	fi
+}
+
+# Build pgq against one server, run the target's suites, check the logs.
+run_target() {
+	local target=$1 pg_config=$2
+	local work version line failures=0 suite
+	version=$("$pg_config" --version)
+	say "$target: $version"
+	if [ "$(id -u)" = 0 ]; then
+		work=$(mktemp -d "/tmp/pgq-test-$target.XXXXXX")
+		cp -a "$top"/. "$work"/
+		make -C "$work" -s PG_CONFIG="$pg_config" clean >/dev/null
+		if ! make -C "$work" -s PG_CONFIG="$pg_config" PG_CFLAGS='-Wall -Wextra -Werror' ||
+			! make -C "$work" -s PG_CONFIG="$pg_config" install >/dev/null; then
+			summary+=("$target ($version): build FAILED")
+			failed=$((failed + 1))
+			failed_targets+=("$target")
+			return
+		fi
+		chown -R "$test_user" "$work"
+	else
+		work=$top
+		make -C "$work" -s PG_CONFIG="$pg_config" PG_CFLAGS='-Wall -Wextra -Werror'
+	fi
+
+	line="$target ($version):"
+	for suite in $(suites_of "$target"); do
+		local log="$log_dir/$target-$suite.log" ok=1
+		say "$target: $suite"
+		# shellcheck disable=SC2046
+		run_as_tester make -C "$work" PG_CONFIG="$pg_config" installcheck \
+			$(suite_args "$suite") ${PGQ_PROVE_TESTS:+PROVE_TESTS="$PGQ_PROVE_TESTS"} \
+			>"$log" 2>&1 || ok=0
+		tail -n 25 "$log"
+		count_suite "$suite" "$log"
+		# a suite that failed without a counted failure still fails
+		[ "$ok" = 1 ] || [ "$f" -gt 0 ] || f=1
+		passed=$((passed + p))
+		failed=$((failed + f))
+		failures=$((failures + f))
+		line+=" $suite $p/$((p + f)),"
+		if [ "$ok" = 0 ]; then
+			for diffs in "$work/regression.diffs" "$work/output_iso/regression.diffs"; do
+				[ -f "$diffs" ] && { echo "--- $diffs"; head -n 200 "$diffs"; }
+			done
+			for tap_log in "$work"/tmp_check/log/regress_log_*; do
+				[ -f "$tap_log" ] && grep -q 'not ok' "$tap_log" &&
+					{ echo "--- $tap_log (last lines)"; tail -n 40 "$tap_log"; }
+			done
+		fi
+	done
+
+	local crashes
+	crashes=$(crash_lines "$work")
+	if [ -n "$crashes" ]; then
+		echo "--- $target: server logs hold a crash or a failed assertion:"
+		echo "$crashes" | head -n 40
+		line+=" server logs: $(echo "$crashes" | wc -l) crash lines"
+		failed=$((failed + 1))
+		failures=$((failures + 1))
+	else
+		line+=" server logs clean"
+	fi
+	summary+=("$line")
+	[ "$failures" = 0 ] || failed_targets+=("$target")
+	# keep a failed target's tree for a look; remove the others
+	if [ "$(id -u)" = 0 ] && [ "$failures" = 0 ]; then
+		rm -rf "$work"
+	elif [ "$(id -u)" = 0 ]; then
+		echo "--- $target: its tree, with the test output, stays in $work"
+	fi
+}
+
+if [ -n "${PGQ_TEST_TARGETS:-}" ]; then
+	targets=$PGQ_TEST_TARGETS
+elif [ "$(id -u)" = 0 ]; then
+	targets="15 cassert-18 cassert-17 cassert-15"
+else
+	targets=custom
 fi
+
+if [ "$(id -u)" = 0 ]; then
+	install_packages
+	id "$test_user" >/dev/null 2>&1 || useradd --create-home "$test_user"
+	# Build the servers with assertions in the background, one at a time,
+	# while the suites run on those already there.
+	builds=()
+	for target in $targets; do
+		case $target in cassert-*) builds+=("${target#cassert-}") ;; esac
+	done
+	if [ ${#builds[@]} -gt 0 ]; then
+		(
+			for major in "${builds[@]}"; do
+				if bash "$top/test/build-postgres.sh" "$major" \
+					>"$log_dir/build-$major.path" 2>"$log_dir/build-$major.log"; then
+					echo 0 >"$log_dir/build-$major.rc"
+				else
+					echo 1 >"$log_dir/build-$major.rc"
+				fi
+			done
+		) &
+	fi
+fi
+
+for target in $targets; do
+	case $target in
+		15) pg_config=/usr/lib/postgresql/15/bin/pg_config ;;
+		custom) pg_config=${PG_CONFIG:-pg_config} ;;
+		cassert-*)
+			major=${target#cassert-}
+			while [ ! -f "$log_dir/build-$major.rc" ]; do sleep 5; done
+			cat "$log_dir/build-$major.log"
+			if [ "$(cat "$log_dir/build-$major.rc")" != 0 ]; then
+				summary+=("$target: the server did not build")
+				failed=$((failed + 1))
+				failed_targets+=("$target")
+				continue
+			fi
+			pg_config=$(cat "$log_dir/build-$major.path")
+			;;
+		*) echo "unknown target $target" >&2; exit 2 ;;
+	esac
+	run_target "$target" "$pg_config"
+done
 
 # The Debian package (as root only: it installs packages and the .deb,
 # then removes the .deb and puts back what make install had put there).
-if [ "$(id -u)" = 0 ] && [ "${PGQ_SKIP_PACKAGE:-}" != 1 ]; then
+if [ "$(id -u)" = 0 ] && [ "${PGQ_SKIP_PACKAGE:-}" != 1 ] &&
+	[[ " $targets " == *" 15 "* ]]; then
 	say "debian package"
 	if bash "$top/test/package.sh" </dev/null 2>&1 | tee "$log_dir/package.log" &&
 		tail -n 1 "$log_dir/package.log" | grep -q '^package: OK'; then
 		passed=$((passed + 1))
+		summary+=("debian package: OK")
 	else
 		failed=$((failed + 1))
-		failed_suites+=(package)
+		failed_targets+=(package)
+		summary+=("debian package: FAILED")
 	fi
 fi
 
-if [ ${#failed_suites[@]} -gt 0 ]; then
-	say "failed suites: ${failed_suites[*]}"
-	for diffs in "$work/regression.diffs" "$work/output_iso/regression.diffs"; do
-		[ -f "$diffs" ] && { echo "--- $diffs"; head -n 200 "$diffs"; }
-	done
-	for tap_log in "$work"/tmp_check/log/*.log; do
-		[ -f "$tap_log" ] && { echo "--- $tap_log (last lines)"; tail -n 40 "$tap_log"; }
-	done
-	# a suite that failed without a counted failure still fails the run
-	[ "$failed" -gt 0 ] || failed=1
-fi
-
+say "summary ($((SECONDS - start)) s)"
+printf '%s\n' "${summary[@]}"
+[ ${#failed_targets[@]} -eq 0 ] || echo "failed: ${failed_targets[*]}"
 echo
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
