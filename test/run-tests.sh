@@ -16,6 +16,8 @@
 #   cassert-17    17 from Debian's source package   regress isolation
 #   cassert-15    15 from Debian's source package   regress isolation
 # PGQ_TEST_TARGETS=custom with PG_CONFIG runs all three suites on that server.
+# Debian's 15 runs in a second lane beside the others (PGQ_TEST_LANES=1: one
+# after the other).
 # PGQ_SUITES names the suites to run (e.g. "regress tap"); PGQ_REGRESS,
 # PGQ_ISOLATION and PGQ_PROVE_TESTS narrow them to some tests (as the
 # Makefile's REGRESS, ISOLATION and PROVE_TESTS).
@@ -76,10 +78,13 @@ suites_of() {
 	esac
 }
 
-passed=0
-failed=0
-failed_targets=()
-summary=()
+# Each target appends "PASSED FAILED NAME: SUMMARY" to this file: targets
+# run in two lanes at once (see below), so no shell variable sees them all.
+results=$log_dir/results
+: >"$results"
+record() {
+	echo "$1 $2 $3" >>"$results"
+}
 
 # make's arguments that run one suite with the other two switched off
 suite_args() {
@@ -113,7 +118,7 @@ count_suite() {
 # Build pgq against one server, run the target's suites, check the logs.
 run_target() {
 	local target=$1 pg_config=$2
-	local work version line failures=0 suite
+	local work version line passes=0 failures=0 suite
 	version=$("$pg_config" --version)
 	say "$target: $version"
 	if [ "$(id -u)" = 0 ]; then
@@ -122,9 +127,7 @@ run_target() {
 		make -C "$work" -s PG_CONFIG="$pg_config" clean >/dev/null
 		if ! make -C "$work" -s PG_CONFIG="$pg_config" PG_CFLAGS='-Wall -Wextra -Werror' ||
 			! make -C "$work" -s PG_CONFIG="$pg_config" install >/dev/null; then
-			summary+=("$target ($version): build FAILED")
-			failed=$((failed + 1))
-			failed_targets+=("$target")
+			record 0 1 "$target ($version): build FAILED"
 			return
 		fi
 		chown -R "$test_user" "$work"
@@ -145,8 +148,7 @@ run_target() {
 		count_suite "$suite" "$log"
 		# a suite that failed without a counted failure still fails
 		[ "$ok" = 1 ] || [ "$f" -gt 0 ] || f=1
-		passed=$((passed + p))
-		failed=$((failed + f))
+		passes=$((passes + p))
 		failures=$((failures + f))
 		line+=" $suite $p/$((p + f)),"
 		if [ "$ok" = 0 ]; then
@@ -166,13 +168,12 @@ run_target() {
 		echo "--- $target: server logs hold a crash or a failed assertion:"
 		echo "$crashes" | head -n 40
 		line+=" server logs: $(echo "$crashes" | wc -l) crash lines"
-		failed=$((failed + 1))
 		failures=$((failures + 1))
 	else
 		line+=" server logs clean"
 	fi
-	summary+=("$line")
-	[ "$failures" = 0 ] || failed_targets+=("$target")
+	[ "$failures" = 0 ] || line+=" FAILED"
+	record "$passes" "$failures" "$line"
 	# keep a failed target's tree for a look; remove the others
 	if [ "$(id -u)" = 0 ] && [ "$failures" = 0 ]; then
 		rm -rf "$work"
@@ -212,26 +213,55 @@ if [ "$(id -u)" = 0 ]; then
 	fi
 fi
 
+# Run some targets, one after the other.
+run_lane() {
+	local target major pg_config
+	for target in "$@"; do
+		case $target in
+			15) pg_config=/usr/lib/postgresql/15/bin/pg_config ;;
+			custom) pg_config=${PG_CONFIG:-pg_config} ;;
+			cassert-*)
+				major=${target#cassert-}
+				while [ ! -f "$log_dir/build-$major.rc" ]; do sleep 5; done
+				cat "$log_dir/build-$major.log"
+				if [ "$(cat "$log_dir/build-$major.rc")" != 0 ]; then
+					record 0 1 "$target: the server did not build"
+					continue
+				fi
+				pg_config=$(cat "$log_dir/build-$major.path")
+				;;
+			*) echo "unknown target $target" >&2; return 2 ;;
+		esac
+		run_target "$target" "$pg_config"
+	done
+}
+
+# Debian's 15 and the servers with assertions run side by side: the suites
+# spend most of their time waiting on servers, and two lanes fill the cores
+# a single one leaves idle.  The TAP suites of both lanes take ports from one
+# lock directory, so that they never pick the same one.
+export PG_TEST_PORT_DIR=$log_dir/portlock
+mkdir -p "$PG_TEST_PORT_DIR"
+chmod 777 "$PG_TEST_PORT_DIR"
+lane_a=()
+lane_b=()
 for target in $targets; do
 	case $target in
-		15) pg_config=/usr/lib/postgresql/15/bin/pg_config ;;
-		custom) pg_config=${PG_CONFIG:-pg_config} ;;
-		cassert-*)
-			major=${target#cassert-}
-			while [ ! -f "$log_dir/build-$major.rc" ]; do sleep 5; done
-			cat "$log_dir/build-$major.log"
-			if [ "$(cat "$log_dir/build-$major.rc")" != 0 ]; then
-				summary+=("$target: the server did not build")
-				failed=$((failed + 1))
-				failed_targets+=("$target")
-				continue
-			fi
-			pg_config=$(cat "$log_dir/build-$major.path")
-			;;
-		*) echo "unknown target $target" >&2; exit 2 ;;
+		cassert-*) lane_b+=("$target") ;;
+		*) lane_a+=("$target") ;;
 	esac
-	run_target "$target" "$pg_config"
 done
+lane_pid=
+if [ ${#lane_a[@]} -gt 0 ] && [ ${#lane_b[@]} -gt 0 ] && [ "${PGQ_TEST_LANES:-2}" = 2 ]; then
+	say "running ${lane_a[*]} in the background (output at the end), ${lane_b[*]} here"
+	run_lane "${lane_a[@]}" >"$log_dir/lane-a.out" 2>&1 &
+	lane_pid=$!
+	run_lane "${lane_b[@]}"
+	wait "$lane_pid" || true
+	cat "$log_dir/lane-a.out"
+else
+	run_lane "${lane_a[@]}" "${lane_b[@]}"
+fi
 
 # The Debian package (as root only: it installs packages and the .deb,
 # then removes the .deb and puts back what make install had put there).
@@ -240,18 +270,16 @@ if [ "$(id -u)" = 0 ] && [ "${PGQ_SKIP_PACKAGE:-}" != 1 ] &&
 	say "debian package"
 	if bash "$top/test/package.sh" </dev/null 2>&1 | tee "$log_dir/package.log" &&
 		tail -n 1 "$log_dir/package.log" | grep -q '^package: OK'; then
-		passed=$((passed + 1))
-		summary+=("debian package: OK")
+		record 1 0 "debian package: OK"
 	else
-		failed=$((failed + 1))
-		failed_targets+=(package)
-		summary+=("debian package: FAILED")
+		record 0 1 "debian package: FAILED"
 	fi
 fi
 
+passed=$(awk '{s += $1} END {print s + 0}' "$results")
+failed=$(awk '{s += $2} END {print s + 0}' "$results")
 say "summary ($((SECONDS - start)) s)"
-printf '%s\n' "${summary[@]}"
-[ ${#failed_targets[@]} -eq 0 ] || echo "failed: ${failed_targets[*]}"
+cut -d' ' -f3- "$results"
 echo
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
