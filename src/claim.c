@@ -385,6 +385,10 @@ claim_attempt(PgqGroup *group, int max_blocks, ClaimedBlock *blocks,
  * rollback lets go of such locks before the sleep.  An attempt that changed
  * other rows (dead-lettered a block, moved due items back) is kept instead:
  * that is rare, and undoing it would leave the group waiting for it.
+ *
+ * An error rolls the subtransaction back here before it goes on, as
+ * PL/pgSQL's exception blocks do: left open, it would be the one that the
+ * caller's exception handler rolls back, instead of the handler's own.
  */
 static int
 claim_attempt_apart(PgqGroup *group, int max_blocks, ClaimedBlock *blocks,
@@ -397,7 +401,24 @@ claim_attempt_apart(PgqGroup *group, int max_blocks, ClaimedBlock *blocks,
 	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(oldcxt);
 	attempt_changed_more = false;
-	n = claim_attempt(group, max_blocks, blocks, resultcxt);
+	PG_TRY();
+	{
+		n = claim_attempt(group, max_blocks, blocks, resultcxt);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		/* keep the error, out of the memory that the rollback frees */
+		MemoryContextSwitchTo(oldcxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcxt);
+		CurrentResourceOwner = oldowner;
+		ReThrowError(edata);
+	}
+	PG_END_TRY();
 	if (n > 0 || attempt_changed_more)
 		ReleaseCurrentSubTransaction();
 	else
