@@ -257,6 +257,7 @@ refresh_group(PgqGroup *group)
 	{
 		group->state = PGQ_GROUP_FAILED;
 		group->paused = false;
+		SPI_freetuptable(SPI_tuptable);
 		return;
 	}
 	group->state = pgq_parse_state(SPI_getvalue(SPI_tuptable->vals[0],
@@ -264,6 +265,7 @@ refresh_group(PgqGroup *group)
 	group->paused = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
 											   SPI_tuptable->tupdesc, 2,
 											   &isnull));
+	SPI_freetuptable(SPI_tuptable);
 }
 
 /*
@@ -550,22 +552,38 @@ pgq_claim(PG_FUNCTION_ARGS)
 	 */
 	if (group.mode == PGQ_MODE_LEASE)
 		pgq_lease_claim_async();	/* here, not in an attempt's subtransaction */
-	for (;;)
+	for (int look = 0;; look++)
 	{
-		uint64		seen = pgq_wait_generation(&group.ref);
+		uint64		seen;
+		bool		done;
 
+		/*
+		 * Each look after a wake-up has an SPI connection of its own, whose
+		 * memory (results, scans) goes with it: a claim woken thousands of
+		 * times must not keep what every look allocated.
+		 */
+		if (look > 0)
+		{
+			SPI_connect();
+			/* a pause, a resume or a failure may have come with the wake-up */
+			refresh_group(&group);
+			if (group.state == PGQ_GROUP_FAILED)
+			{
+				SPI_finish();
+				break;
+			}
+		}
+		seen = pgq_wait_generation(&group.ref);
 		if (deadline != 0 &&
 			(group.mode == PGQ_MODE_LEASE || group.kind == PGQ_KIND_QUEUE))
 			nblocks = claim_attempt_apart(&group, max_blocks, blocks,
 										  resultcxt);
 		else
 			nblocks = claim_attempt(&group, max_blocks, blocks, resultcxt);
-		if (nblocks > 0 || deadline == 0 || group_exhausted(&group) ||
-			!pgq_wait_for_wakeup(&group.ref, deadline, seen))
-			break;
-		/* a pause, a resume or a failure may have come with the wake-up */
-		refresh_group(&group);
-		if (group.state == PGQ_GROUP_FAILED)
+		done = nblocks > 0 || deadline == 0 || group_exhausted(&group);
+		if (look > 0)
+			SPI_finish();
+		if (done || !pgq_wait_for_wakeup(&group.ref, deadline, seen))
 			break;
 	}
 	if (deadline != 0)

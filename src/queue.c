@@ -1398,6 +1398,8 @@ pgq_result(PG_FUNCTION_ARGS)
 		if (state == 'd' || state == 'f' || deadline == 0 ||
 			!pgq_wait_for_wakeup(&group.ref, deadline, seen))
 			break;
+		/* woken: look again, without keeping this look's row */
+		SPI_freetuptable(SPI_tuptable);
 	}
 	if (deadline != 0)
 		pgq_wait_done();
