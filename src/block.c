@@ -29,6 +29,11 @@ PG_FUNCTION_INFO_V1(pgq_extend);
  * Start an operation on a block or item: check the id, connect to SPI, look
  * it up and check that the caller may consume its group.  False (all ended)
  * if there is no such block or item.  end_block_op() ends the others.
+ *
+ * A block that the caller's own transaction claimed in transaction mode is
+ * deleted, so the lookup cannot find it; it is still a block of a
+ * transaction-mode group, which the callers refuse as they refuse the
+ * others (the caller could consume it when it claimed it).
  */
 static bool
 begin_block_op(FunctionCallInfo fcinfo, const char *what, PgqGroup *group,
@@ -42,6 +47,13 @@ begin_block_op(FunctionCallInfo fcinfo, const char *what, PgqGroup *group,
 		pgq_lookup_item(PG_GETARG_INT64(0), group))
 	{
 		pgq_check_privilege(group, PGQ_PRIV_CONSUME);
+		return true;
+	}
+	if (pgq_xact_claimed(PG_GETARG_INT64(0)))
+	{
+		memset(group, 0, sizeof(PgqGroup));
+		group->kind = PGQ_KIND_QUERY;
+		group->mode = PGQ_MODE_TRANSACTION;
 		return true;
 	}
 	SPI_finish();
