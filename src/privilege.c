@@ -203,16 +203,27 @@ pgq_check_privilege(const PgqGroup *group, PgqPrivilege what)
 	if (ok)
 		return;
 	owner_name = GetUserNameFromId(group->owner, true);
+	if (what != PGQ_PRIV_ADMIN)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied for group \"%s\"", group->name),
+				 errdetail("This needs the %s privilege on the group.",
+						   what == PGQ_PRIV_USE ? "consume or produce" :
+						   privilege_names[what]),
+				 errhint("The group's owner can grant it with pgq.grant().")));
+
+	/* owning is no privilege that pgq.grant() gives: say what will do */
 	ereport(ERROR,
 			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 			 errmsg("permission denied for group \"%s\"", group->name),
-			 what == PGQ_PRIV_ADMIN ?
 			 errdetail("Only the group's owner, %s, and its members may do this.",
-					   owner_name ? owner_name : "(dropped role)") :
-			 errdetail("This needs the %s privilege on the group.",
-					   what == PGQ_PRIV_USE ? "consume or produce" :
-					   privilege_names[what]),
-			 errhint("The group's owner can grant it with pgq.grant().")));
+					   owner_name ? owner_name : "(dropped role)"),
+			 owner_name ?
+			 errhint("Ask %s or a superuser to do it.  Members of role %s may do it too (GRANT %s TO %s).",
+					 owner_name, owner_name, quote_identifier(owner_name),
+					 quote_identifier(GetUserNameFromId(current_caller(),
+														false))) :
+			 errhint("Ask a superuser to do it.")));
 }
 
 /* Parse a privilege name given to pgq.grant() or pgq.revoke(). */
