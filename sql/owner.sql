@@ -27,11 +27,44 @@ SET ROLE regress_ow_owner;
 SELECT pgq.grant('ow', 'regress_ow_worker');
 RESET ROLE;
 
+-- A block that failed its last attempt is dead-lettered.  Its owner finds
+-- it in pgq.dead_blocks (pgq.blocks stays closed), with why it failed, and
+-- retries it; so can its consumers.  Other roles see nothing of it.
+CREATE ROLE regress_ow_stranger;
+GRANT USAGE ON SCHEMA pgq TO regress_ow_stranger;
+SET ROLE regress_ow_worker;
+SELECT block_id AS dead, attempt FROM pgq.claim('ow') \gset
+SELECT pgq.fail(:dead, 'no such object', attempt => :attempt);
+RESET ROLE;
+SET ROLE regress_ow_owner;
+SELECT count(*) FROM pgq.blocks;
+SELECT pending, claimed, failed FROM pgq.group_stats WHERE group_name = 'ow';
+SELECT group_name, block_id = :dead AS is_dead, attempt, last_error, ids
+FROM pgq.dead_blocks;
+RESET ROLE;
+SET ROLE regress_ow_stranger;
+SELECT count(*) FROM pgq.dead_blocks;
+SELECT pgq.retry(:dead);
+RESET ROLE;
+SET ROLE regress_ow_worker;
+SELECT group_name, block_id = :dead AS is_dead FROM pgq.dead_blocks;
+RESET ROLE;
+SET ROLE regress_ow_owner;
+SELECT pgq.retry(:dead);
+SELECT count(*) FROM pgq.dead_blocks;
+SELECT pending, claimed, failed FROM pgq.group_stats WHERE group_name = 'ow';
+RESET ROLE;
+-- the block is claimable again, with its attempts counted from 0
+SET ROLE regress_ow_worker;
+SELECT block_id = :dead AS is_dead, attempt, ids FROM pgq.claim('ow');
+RESET ROLE;
+
 -- members of the owner role may drop the group
 GRANT regress_ow_owner TO regress_ow_worker;
 SET ROLE regress_ow_worker;
 SELECT pgq.drop_group('ow');
 RESET ROLE;
 
-REVOKE ALL ON SCHEMA pgq FROM regress_ow_owner, regress_ow_worker;
-DROP ROLE regress_ow_owner, regress_ow_worker;
+REVOKE ALL ON SCHEMA pgq
+    FROM regress_ow_owner, regress_ow_worker, regress_ow_stranger;
+DROP ROLE regress_ow_owner, regress_ow_worker, regress_ow_stranger;

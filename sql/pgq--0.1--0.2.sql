@@ -122,3 +122,24 @@ CREATE TRIGGER blocks_inflight BEFORE INSERT OR UPDATE ON pgq.blocks
     FOR EACH ROW WHEN (NEW.state IN ('c', 'r'))
     EXECUTE FUNCTION pgq.blocks_inflight();
 ALTER TABLE pgq.blocks ENABLE ALWAYS TRIGGER blocks_inflight;
+
+-- Dead-lettered blocks of lease- and advisory-mode groups, with what went
+-- wrong: pgq.blocks is closed, and pgq.group_stats only counts them, so
+-- this is where a group's owner and consumers find the blocks to pass to
+-- pgq.retry().  It shows the groups the caller may use, as pgq.dead_items
+-- does.  It reads all of pgq.blocks: for psql, not for a hot path.
+CREATE VIEW pgq.dead_blocks WITH (security_barrier) AS
+SELECT g.group_name,
+       b.block_id,
+       b.attempt,
+       b.last_error,
+       b.ids
+FROM pgq.blocks b
+JOIN pgq.groups g ON g.group_id = b.group_id
+WHERE b.state = 'f'
+  AND pgq.may_see(g.owner, g.consumers, g.producers);
+
+COMMENT ON VIEW pgq.dead_blocks IS
+'dead-lettered blocks of every group, with their last error: pgq.retry() sets one back to pending';
+
+GRANT SELECT ON pgq.dead_blocks TO PUBLIC;
