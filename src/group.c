@@ -37,6 +37,7 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/plancache.h"
+#include "utils/snapmgr.h"
 
 #include "pgq.h"
 
@@ -661,6 +662,14 @@ pgq_group_ref_from_tuple(HeapTuple tuple, TupleDesc tupdesc, int col,
 /*
  * Run a lookup of one group by one argument, prepared once in *plan; false
  * if it finds nothing.  The row stays SPI's current result.
+ *
+ * Groups are read as PostgreSQL reads its catalogs, with a fresh snapshot,
+ * not the transaction's: whether a group exists, is paused, and what the
+ * caller may do with it is what the last committed change says, in
+ * REPEATABLE READ and SERIALIZABLE too.  The group cache is filled from these
+ * lookups: a row read with a snapshot older than the invalidations already
+ * taken in would stay cached after the transaction, showing a revoked grant,
+ * a pause or a dropped queue as they were before.
  */
 static bool
 lookup_by(SPIPlanPtr *plan, const char *sql, Oid argtype, Datum value,
@@ -670,7 +679,8 @@ lookup_by(SPIPlanPtr *plan, const char *sql, Oid argtype, Datum value,
 
 	if (*plan == NULL)
 		*plan = pgq_keep_plan(sql, 1, &argtype);
-	rc = SPI_execute_plan(*plan, &value, NULL, false, 1);
+	rc = SPI_execute_snapshot(*plan, &value, NULL, GetLatestSnapshot(),
+							  InvalidSnapshot, false, true, 1);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "could not look up a group: %s", SPI_result_code_string(rc));
 	if (SPI_processed == 0)
@@ -700,8 +710,12 @@ pgq_find_group(text *name, PgqGroup *group)
  * Whatever changes a group's cached fields (drop, grants, pause, the end of
  * a materialization, retention) sends a relcache invalidation of pgq.groups
  * at commit (pgq_invalidate_groups()), which every backend takes in before
- * it uses the cache: a claim never acts on a group changed by a transaction
- * that committed before the claim started.
+ * it uses the cache, and the cache is refilled with a snapshot taken after
+ * that (lookup_by()): a claim or an enqueue never acts on a group changed by
+ * a transaction that committed before the call started, whatever the
+ * isolation level.  A change that commits during the refill sends its
+ * invalidation after it became visible, so the next use empties the cache
+ * again.
  */
 typedef struct CachedGroup
 {
@@ -1032,6 +1046,33 @@ pgq_create_group(PG_FUNCTION_ARGS)
 }
 
 /*
+ * Run one of a drop's statements with a fresh snapshot.  The drop waited
+ * for the enqueues in progress (pgq_lock_group_name()); in REPEATABLE READ
+ * or SERIALIZABLE, the transaction's snapshot may predate their commits, and
+ * their items would outlive the queue.  As a foreign key's check does
+ * (ri_PerformCheck()), rows that the transaction's snapshot cannot see make
+ * the statement fail with a serialization failure instead of being acted on
+ * unseen.
+ */
+static int
+drop_statement(const char *sql, Oid argtype, Datum value)
+{
+	SPIPlanPtr	plan;
+	int			rc;
+
+	plan = SPI_prepare(sql, 1, &argtype);
+	if (plan == NULL)
+		elog(ERROR, "SPI_prepare failed: %s",
+			 SPI_result_code_string(SPI_result));
+	rc = SPI_execute_snapshot(plan, &value, NULL, GetLatestSnapshot(),
+							  IsolationUsesXactSnapshot() ?
+							  GetTransactionSnapshot() : InvalidSnapshot,
+							  false, true, 0);
+	SPI_freeplan(plan);
+	return rc;
+}
+
+/*
  * pgq.drop_group(group_name) -> boolean
  *
  * Deleting the blocks waits for every transaction that holds one of them;
@@ -1042,8 +1083,6 @@ pgq_create_group(PG_FUNCTION_ARGS)
 Datum
 pgq_drop_group(PG_FUNCTION_ARGS)
 {
-	Oid			argtypes[1] = {TEXTOID};
-	Datum		values[1];
 	PgqGroupRef group;
 	PgqGroup	dropped;
 	PgqScope	scope;
@@ -1067,12 +1106,11 @@ pgq_drop_group(PG_FUNCTION_ARGS)
 	}
 	pgq_check_privilege(&dropped, PGQ_PRIV_ADMIN);
 
-	values[0] = PG_GETARG_DATUM(0);
-	rc = SPI_execute_with_args("DELETE FROM pgq.groups "
-							   "WHERE group_name " OP("=") " $1 "
-							   "RETURNING group_id, created_at, owner, "
-							   "consumers, producers, group_name",
-							   1, argtypes, values, NULL, false, 0);
+	rc = drop_statement("DELETE FROM pgq.groups "
+						"WHERE group_name " OP("=") " $1 "
+						"RETURNING group_id, created_at, owner, "
+						"consumers, producers, group_name",
+						TEXTOID, PG_GETARG_DATUM(0));
 	if (rc != SPI_OK_DELETE_RETURNING)
 		elog(ERROR, "could not delete group: %s", SPI_result_code_string(rc));
 	if (SPI_processed == 0)
@@ -1100,16 +1138,14 @@ pgq_drop_group(PG_FUNCTION_ARGS)
 	pgq_invalidate_groups();
 
 	pgq_xact_remember_drop(&group);
-	argtypes[0] = INT8OID;
-	values[0] = Int64GetDatum(group.group_id);
-	rc = SPI_execute_with_args("DELETE FROM pgq.blocks "
-							   "WHERE group_id " OP("=") " $1",
-							   1, argtypes, values, NULL, false, 0);
+	rc = drop_statement("DELETE FROM pgq.blocks "
+						"WHERE group_id " OP("=") " $1",
+						INT8OID, Int64GetDatum(group.group_id));
 	if (rc != SPI_OK_DELETE)
 		elog(ERROR, "could not delete blocks: %s", SPI_result_code_string(rc));
-	rc = SPI_execute_with_args("DELETE FROM pgq.items "
-							   "WHERE group_id " OP("=") " $1",
-							   1, argtypes, values, NULL, false, 0);
+	rc = drop_statement("DELETE FROM pgq.items "
+						"WHERE group_id " OP("=") " $1",
+						INT8OID, Int64GetDatum(group.group_id));
 	if (rc != SPI_OK_DELETE)
 		elog(ERROR, "could not delete items: %s", SPI_result_code_string(rc));
 
