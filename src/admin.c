@@ -59,10 +59,10 @@ set_paused(const PgqGroup *group, bool paused)
 
 	values[0] = Int64GetDatum(group->ref.group_id);
 	values[1] = BoolGetDatum(paused);
-	rc = SPI_execute_with_args("UPDATE pgq.groups SET paused = $2 "
-							   "WHERE group_id " OP("=") " $1 "
-							   "AND paused " OP("<>") " $2",
-							   2, argtypes, values, NULL, false, 0);
+	rc = pgq_execute_fresh("UPDATE pgq.groups SET paused = $2 "
+						   "WHERE group_id " OP("=") " $1 "
+						   "AND paused " OP("<>") " $2",
+						   2, argtypes, values);
 	if (rc != SPI_OK_UPDATE)
 		elog(ERROR, "could not update group: %s", SPI_result_code_string(rc));
 	pgq_invalidate_groups();

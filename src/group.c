@@ -1046,25 +1046,27 @@ pgq_create_group(PG_FUNCTION_ARGS)
 }
 
 /*
- * Run one of a drop's statements with a fresh snapshot.  The drop waited
- * for the enqueues in progress (pgq_lock_group_name()); in REPEATABLE READ
- * or SERIALIZABLE, the transaction's snapshot may predate their commits, and
- * their items would outlive the queue.  As a foreign key's check does
- * (ri_PerformCheck()), rows that the transaction's snapshot cannot see make
- * the statement fail with a serialization failure instead of being acted on
- * unseen.
+ * Run a statement that changes a group, or drops it with its blocks and
+ * items, inside SPI, with a fresh snapshot: the one its lookup used
+ * (lookup_by()).  In REPEATABLE READ or SERIALIZABLE, the transaction's
+ * snapshot may predate the group's creation, or items that a drop waited
+ * for (pgq_lock_group_name()), which the statement would then miss: a grant
+ * or a pause would change nothing, and the items would outlive their queue.
+ * As a foreign key's check does (ri_PerformCheck()), rows that the
+ * transaction's snapshot cannot see make the statement fail with a
+ * serialization failure instead of being acted on unseen.
  */
-static int
-drop_statement(const char *sql, Oid argtype, Datum value)
+int
+pgq_execute_fresh(const char *sql, int nargs, Oid *argtypes, Datum *values)
 {
 	SPIPlanPtr	plan;
 	int			rc;
 
-	plan = SPI_prepare(sql, 1, &argtype);
+	plan = SPI_prepare(sql, nargs, argtypes);
 	if (plan == NULL)
 		elog(ERROR, "SPI_prepare failed: %s",
 			 SPI_result_code_string(SPI_result));
-	rc = SPI_execute_snapshot(plan, &value, NULL, GetLatestSnapshot(),
+	rc = SPI_execute_snapshot(plan, values, NULL, GetLatestSnapshot(),
 							  IsolationUsesXactSnapshot() ?
 							  GetTransactionSnapshot() : InvalidSnapshot,
 							  false, true, 0);
@@ -1083,6 +1085,8 @@ drop_statement(const char *sql, Oid argtype, Datum value)
 Datum
 pgq_drop_group(PG_FUNCTION_ARGS)
 {
+	Oid			argtype;
+	Datum		value;
 	PgqGroupRef group;
 	PgqGroup	dropped;
 	PgqScope	scope;
@@ -1106,11 +1110,13 @@ pgq_drop_group(PG_FUNCTION_ARGS)
 	}
 	pgq_check_privilege(&dropped, PGQ_PRIV_ADMIN);
 
-	rc = drop_statement("DELETE FROM pgq.groups "
-						"WHERE group_name " OP("=") " $1 "
-						"RETURNING group_id, created_at, owner, "
-						"consumers, producers, group_name",
-						TEXTOID, PG_GETARG_DATUM(0));
+	argtype = TEXTOID;
+	value = PG_GETARG_DATUM(0);
+	rc = pgq_execute_fresh("DELETE FROM pgq.groups "
+						   "WHERE group_name " OP("=") " $1 "
+						   "RETURNING group_id, created_at, owner, "
+						   "consumers, producers, group_name",
+						   1, &argtype, &value);
 	if (rc != SPI_OK_DELETE_RETURNING)
 		elog(ERROR, "could not delete group: %s", SPI_result_code_string(rc));
 	if (SPI_processed == 0)
@@ -1138,14 +1144,16 @@ pgq_drop_group(PG_FUNCTION_ARGS)
 	pgq_invalidate_groups();
 
 	pgq_xact_remember_drop(&group);
-	rc = drop_statement("DELETE FROM pgq.blocks "
-						"WHERE group_id " OP("=") " $1",
-						INT8OID, Int64GetDatum(group.group_id));
+	argtype = INT8OID;
+	value = Int64GetDatum(group.group_id);
+	rc = pgq_execute_fresh("DELETE FROM pgq.blocks "
+						   "WHERE group_id " OP("=") " $1",
+						   1, &argtype, &value);
 	if (rc != SPI_OK_DELETE)
 		elog(ERROR, "could not delete blocks: %s", SPI_result_code_string(rc));
-	rc = drop_statement("DELETE FROM pgq.items "
-						"WHERE group_id " OP("=") " $1",
-						INT8OID, Int64GetDatum(group.group_id));
+	rc = pgq_execute_fresh("DELETE FROM pgq.items "
+						   "WHERE group_id " OP("=") " $1",
+						   1, &argtype, &value);
 	if (rc != SPI_OK_DELETE)
 		elog(ERROR, "could not delete items: %s", SPI_result_code_string(rc));
 

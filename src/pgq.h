@@ -236,6 +236,8 @@ extern bool pgq_find_group(text *name, PgqGroup *group);
 extern void pgq_lookup_group(text *name, PgqGroup *group);
 extern void pgq_lookup_group_cached(text *name, PgqGroup *group);
 extern void pgq_invalidate_groups(void);
+extern int	pgq_execute_fresh(const char *sql, int nargs, Oid *argtypes,
+							  Datum *values);
 extern bool pgq_lookup_block(int64 block_id, PgqGroup *group);
 extern bool pgq_lookup_item(int64 item_id, PgqGroup *group);
 

@@ -289,7 +289,7 @@ change_grant(FunctionCallInfo fcinfo, bool grant)
 					   column, column);
 	values[0] = Int64GetDatum(group.ref.group_id);
 	values[1] = ObjectIdGetDatum(role);
-	rc = SPI_execute_with_args(sql, 2, argtypes, values, NULL, false, 0);
+	rc = pgq_execute_fresh(sql, 2, argtypes, values);
 	if (rc != SPI_OK_UPDATE)
 		elog(ERROR, "could not change the grants of group \"%s\": %s",
 			 group.name, SPI_result_code_string(rc));
