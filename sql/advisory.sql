@@ -10,6 +10,16 @@ EXCEPTION WHEN OTHERS THEN
     RETURN SQLSTATE || ': ' || SQLERRM;
 END
 $$;
+-- pgq's advisory lock tags (advisory.c): objsubid is 4096 + 8192 * kind +
+-- (the extension's OID modulo 8192), kind 0 for a block, 1 for a worker
+CREATE FUNCTION lock_kind(objsubid smallint) RETURNS text LANGUAGE sql AS $$
+SELECT CASE objsubid - 4096 - (SELECT oid::bigint % 8192 FROM pg_extension
+                               WHERE extname = 'pgq')
+           WHEN 0 THEN 'block'
+           WHEN 8192 THEN 'worker'
+           ELSE objsubid::text
+       END
+$$;
 SELECT pgq.create_group('a', 'SELECT g FROM generate_series(1, 16) g', 2,
                         mode => 'advisory', max_attempts => 2);
 SELECT mode, state, max_attempts, total_blocks, pending, claimed, done, failed
@@ -108,9 +118,9 @@ SELECT pgq.check_worker(-1);
 -- lock on the number of a block id does not keep pgq from claiming it
 SELECT pg_advisory_lock(:b0 + 5);
 SELECT block_id - :b0 AS rel, attempt FROM pgq.claim('a', worker_id => :w);
-SELECT objsubid, count(*) FROM pg_locks
+SELECT lock_kind(objsubid), count(*) FROM pg_locks
 WHERE locktype = 'advisory' AND pid = pg_backend_pid()
-GROUP BY objsubid ORDER BY objsubid;
+GROUP BY 1 ORDER BY 1;
 SELECT pg_advisory_unlock(:b0 + 5);
 SELECT blocks_held FROM pgq.workers WHERE worker_id = :w;
 
@@ -176,9 +186,9 @@ SELECT block_id - :b0 AS rel, state, attempt, last_error FROM pgq.blocks
 WHERE group_id = (SELECT group_id FROM pgq.groups WHERE group_name = 'a');
 SELECT count(*) FROM pgq.claim('a', worker_id => :w3);
 SELECT blocks_held FROM pgq.workers WHERE worker_id = :w3;
-SELECT objsubid, count(*) FROM pg_locks
+SELECT lock_kind(objsubid), count(*) FROM pg_locks
 WHERE locktype = 'advisory' AND pid = pg_backend_pid()
-GROUP BY objsubid ORDER BY objsubid;
+GROUP BY 1 ORDER BY 1;
 
 SELECT pgq.drop_group('a'), pgq.drop_group('al'), pgq.drop_group('at');
 
@@ -230,9 +240,11 @@ DELETE FROM pgq.blocks WHERE block_id = :held;
 COMMIT;
 SELECT pgq.complete(:held, worker_id => :w3);
 SELECT count(*) AS lock_left FROM pg_locks
-WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND objsubid = 20561;
+WHERE locktype = 'advisory' AND pid = pg_backend_pid()
+  AND lock_kind(objsubid) = 'block';
 SELECT pgq.drop_group('ap');
 
 -- the registry has no unregister call yet: clear this session's entries
 DELETE FROM pgq.worker_registry WHERE pid = pg_backend_pid();
 DROP FUNCTION try(text);
+DROP FUNCTION lock_kind(smallint);

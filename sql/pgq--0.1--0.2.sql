@@ -143,3 +143,94 @@ COMMENT ON VIEW pgq.dead_blocks IS
 'dead-lettered blocks of every group, with their last error: pgq.retry() sets one back to pending';
 
 GRANT SELECT ON pgq.dead_blocks TO PUBLIC;
+
+-- Advisory lock tags carry the installation of the extension: objsubid is
+-- 4096 + 8192 * kind + (the extension's OID modulo 8192), kind 0 for a block
+-- and 1 for a worker (advisory.c).  Block and worker ids start again from 1
+-- after DROP EXTENSION and CREATE EXTENSION, while sessions from before may
+-- still hold locks on the old ones; 0.1 used objsubid 20561 and 20562 for
+-- every installation.  The two views that read advisory locks from pg_locks
+-- follow.
+CREATE OR REPLACE VIEW pgq.group_stats WITH (security_barrier) AS
+SELECT g.group_name,
+       g.mode,
+       CASE WHEN g.state = 'ready' AND s.pending = 0
+                 AND coalesce(s.claimed, f.own) = 0 THEN 'drained'
+            WHEN g.paused THEN 'paused'
+            ELSE g.state END AS state,
+       g.block_size,
+       g.total_ids,
+       g.total_blocks,
+       s.pending,
+       s.claimed,
+       g.total_blocks - r.remaining - f.own AS done,
+       r.failed,
+       g.created_at,
+       g.ready_at,
+       g.owner,
+       CASE WHEN g.total_blocks > 0
+            THEN round(100.0 * (g.total_blocks - r.remaining - f.own)
+                       / g.total_blocks, 1)
+       END AS percent_done,
+       g.lease,
+       g.max_attempts,
+       g.error
+FROM pgq.groups g
+CROSS JOIN LATERAL (SELECT count(*) AS remaining,
+                           count(*) FILTER (WHERE b.state = 'f') AS failed,
+                           count(*) FILTER (WHERE b.state = 'c'
+                                              AND b.lease_until > now())
+                               AS leased
+                    FROM pgq.blocks b
+                    WHERE b.group_id = g.group_id) r
+CROSS JOIN LATERAL pgq.inflight(g.group_id, g.created_at) f
+CROSS JOIN LATERAL (
+    SELECT CASE g.mode
+               WHEN 'lease' THEN r.leased
+               WHEN 'advisory' THEN
+                   (SELECT count(*)
+                    FROM pg_catalog.pg_locks l
+                    JOIN pgq.blocks b
+                      ON b.block_id = (l.classid::bigint << 32 | l.objid::bigint)
+                    WHERE l.locktype = 'advisory' AND l.granted
+                      AND l.objsubid = 4096 + (SELECT e.oid::bigint % 8192
+                                               FROM pg_catalog.pg_extension e
+                                               WHERE e.extname = 'pgq')
+                      AND l.database = (SELECT oid FROM pg_catalog.pg_database
+                                        WHERE datname = pg_catalog.current_database())
+                      AND b.group_id = g.group_id)
+               ELSE f.claimed
+           END AS claimed) c
+CROSS JOIN LATERAL (
+    SELECT c.claimed,
+           CASE g.mode
+               WHEN 'transaction'
+               THEN greatest(r.remaining - r.failed + f.own
+                             - coalesce(c.claimed, f.own), 0)
+               ELSE r.remaining - r.failed - c.claimed
+           END AS pending) s
+WHERE g.kind = 'query'
+  AND pgq.may_see(g.owner, g.consumers, g.producers);
+
+CREATE OR REPLACE VIEW pgq.workers AS
+SELECT w.worker_id,
+       w.worker_name,
+       w.pid,
+       w.registered_at,
+       EXISTS (SELECT FROM pg_catalog.pg_locks l
+               WHERE l.locktype = 'advisory' AND l.granted
+                 AND l.database = d.oid AND l.objsubid = d.key + 8192
+                 AND l.pid = w.pid
+                 AND (l.classid::bigint << 32 | l.objid::bigint) = w.worker_id)
+           AS alive,
+       (SELECT count(*) FROM pg_catalog.pg_locks l
+        WHERE l.locktype = 'advisory' AND l.granted
+          AND l.database = d.oid AND l.objsubid = d.key
+          AND l.pid = w.pid) AS blocks_held
+FROM pgq.worker_registry w
+CROSS JOIN (SELECT oid,
+                   4096 + (SELECT e.oid::bigint % 8192
+                           FROM pg_catalog.pg_extension e
+                           WHERE e.extname = 'pgq') AS key
+            FROM pg_catalog.pg_database
+            WHERE datname = pg_catalog.current_database()) d;

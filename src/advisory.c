@@ -31,6 +31,7 @@
 #include "access/twophase.h"
 #include "access/xact.h"
 #include "catalog/pg_type.h"
+#include "commands/extension.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
@@ -43,12 +44,28 @@
 #include "pgq.h"
 
 /*
- * field4 of pgq's advisory lock tags, "PQ" and "PR" (pg_locks.objsubid; the
- * pgq.workers view knows them too).  PostgreSQL's own advisory locks use 1
- * and 2.
+ * pgq's advisory lock tags, as pg_locks shows them (locktype 'advisory'):
+ *
+ *	database	the database's OID
+ *	classid		the high 32 bits of the block or worker id
+ *	objid		its low 32 bits
+ *	objsubid	4096 + 8192 * kind + (the extension's OID modulo 8192)
+ *
+ * where kind is 0 for a block and 1 for a worker's placeholder: 4096 to
+ * 12287 are block locks, 12288 to 20479 worker locks.  Block and worker ids
+ * start again from 1 when the extension is dropped and created again, and
+ * sessions from before may still hold locks on the old ones; the
+ * extension's OID is new at every CREATE EXTENSION, so each installation
+ * has a key space of its own (two whose OIDs are equal modulo 8192 share
+ * one).  PostgreSQL's own advisory locks use objsubid 1 and 2, pgq's locks
+ * on group names and materializations 20564 and 20563 (pgq.h,
+ * materialize.c).  The views pgq.group_stats and pgq.workers read the same
+ * layout (pgq--0.1--0.2.sql).
  */
-#define PGQ_LOCK_BLOCK		20561
-#define PGQ_LOCK_WORKER		20562
+#define PGQ_LOCK_BLOCK		0
+#define PGQ_LOCK_WORKER		1
+#define PGQ_LOCK_KEY_BASE	4096
+#define PGQ_LOCK_INSTALLATIONS	8192
 
 /* Candidate blocks read per scan step. */
 #define PGQ_ADVISORY_BATCH	16
@@ -58,12 +75,32 @@ typedef struct HeldBlock
 {
 	int64		block_id;
 	PgqGroupRef group;
+	uint16		installation;	/* of the lock's tag */
 } HeldBlock;
 
 static HeldBlock *held = NULL;	/* in TopMemoryContext */
 static int	nheld = 0;
 static int	maxheld = 0;
 static bool exit_callback_registered = false;
+
+/* A worker this session registered, whose placeholder it may still hold. */
+typedef struct OwnWorker
+{
+	int64		worker_id;
+	uint16		installation;
+} OwnWorker;
+
+static OwnWorker *own_workers = NULL;	/* in TopMemoryContext */
+static int	nown_workers = 0;
+static int	maxown_workers = 0;
+
+/*
+ * The installation of the extension that this session's locks belong to:
+ * the OID of its pgq.blocks, which tells cheaply when the extension was
+ * created again, and its key in lock tags.
+ */
+static Oid	installation_blocks = InvalidOid;
+static uint16 installation = 0;
 
 static int	pgq_max_locks_per_session = 256;
 static int	pgq_max_locks = -1;
@@ -103,21 +140,25 @@ cluster_lock_limit(void)
 					 (MaxBackends + max_prepared_xacts) / 2);
 }
 
-/* The lock tag of a block or worker id, in pgq's key space. */
+/*
+ * The lock tag of a block or worker id, in the key space of an installation
+ * of the extension (see the top of the file).
+ */
 static void
-set_tag(LOCKTAG *tag, int64 id, uint16 kind)
+set_tag(LOCKTAG *tag, int64 id, uint16 kind, uint16 inst)
 {
 	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (id >> 32),
-						 (uint32) id, kind);
+						 (uint32) id,
+						 PGQ_LOCK_KEY_BASE + kind * PGQ_LOCK_INSTALLATIONS + inst);
 }
 
 /* Does this session hold the lock (as the lock manager sees it)? */
 static bool
-lock_held(int64 id, uint16 kind)
+lock_held(int64 id, uint16 kind, uint16 inst)
 {
 	LOCKTAG		tag;
 
-	set_tag(&tag, id, kind);
+	set_tag(&tag, id, kind, inst);
 #if PG_VERSION_NUM >= 170000
 	return LockHeldByMe(&tag, ExclusiveLock, false);
 #else
@@ -159,7 +200,7 @@ try_lock(int64 id, uint16 kind)
 {
 	LOCKTAG		tag;
 
-	set_tag(&tag, id, kind);
+	set_tag(&tag, id, kind, installation);
 	switch (acquire_counted(&tag, kind))
 	{
 		case LOCKACQUIRE_OK:
@@ -175,11 +216,11 @@ try_lock(int64 id, uint16 kind)
 
 /* Release one count of a session lock this session holds. */
 static void
-unlock(int64 id, uint16 kind)
+unlock(int64 id, uint16 kind, uint16 inst)
 {
 	LOCKTAG		tag;
 
-	set_tag(&tag, id, kind);
+	set_tag(&tag, id, kind, inst);
 	LockRelease(&tag, ExclusiveLock, true);
 }
 
@@ -221,8 +262,8 @@ forget_held(int i, bool back)
 {
 	HeldBlock	block = held[i];
 
-	if (lock_held(block.block_id, PGQ_LOCK_BLOCK))
-		unlock(block.block_id, PGQ_LOCK_BLOCK);
+	if (lock_held(block.block_id, PGQ_LOCK_BLOCK, block.installation))
+		unlock(block.block_id, PGQ_LOCK_BLOCK, block.installation);
 	held[i] = held[--nheld];
 	pgq_advisory_locks_give();
 	pgq_claimed_add(&block.group, -1);
@@ -278,6 +319,7 @@ remember_held(const PgqGroupRef *group, int64 block_id)
 	Assert(nheld < maxheld && exit_callback_registered);
 	held[nheld].block_id = block_id;
 	held[nheld].group = *group;
+	held[nheld].installation = installation;
 	nheld++;
 	pgq_claimed_add(group, 1);
 }
@@ -291,8 +333,63 @@ forget_lost_locks(void)
 {
 	for (int i = nheld - 1; i >= 0; i--)
 	{
-		if (!lock_held(held[i].block_id, PGQ_LOCK_BLOCK))
+		if (!lock_held(held[i].block_id, PGQ_LOCK_BLOCK, held[i].installation))
 			forget_held(i, true);
+	}
+}
+
+/*
+ * Make room to remember one more registered worker, before its lock is
+ * taken; workers whose placeholder is gone are forgotten first.
+ */
+static void
+reserve_worker(void)
+{
+	for (int i = nown_workers - 1; i >= 0; i--)
+	{
+		if (!lock_held(own_workers[i].worker_id, PGQ_LOCK_WORKER,
+					   own_workers[i].installation))
+			own_workers[i] = own_workers[--nown_workers];
+	}
+	if (nown_workers >= maxown_workers)
+	{
+		int			newmax = Max(4, maxown_workers * 2);
+
+		if (own_workers == NULL)
+			own_workers = MemoryContextAlloc(TopMemoryContext,
+											 newmax * sizeof(OwnWorker));
+		else
+			own_workers = repalloc(own_workers, newmax * sizeof(OwnWorker));
+		maxown_workers = newmax;
+	}
+}
+
+/*
+ * Find out which installation of the extension is current and, if it is not
+ * the one this session's locks were taken under, let go of them all: the
+ * blocks and workers they name went with DROP EXTENSION.  Every entry point
+ * of advisory mode starts here (transaction callbacks excepted: they only
+ * touch blocks that their transaction claimed, after this ran).  pgq.blocks'
+ * OID is kept up to date by relcache invalidations; only a new one costs a
+ * catalog lookup.
+ */
+static void
+check_installation(void)
+{
+	Oid			blocks = pgq_rel_oid("blocks");
+
+	if (blocks == installation_blocks)
+		return;
+	installation = get_extension_oid("pgq", false) % PGQ_LOCK_INSTALLATIONS;
+	installation_blocks = blocks;
+	while (nheld > 0)
+		forget_held(nheld - 1, false);
+	for (; nown_workers > 0; nown_workers--)
+	{
+		OwnWorker  *worker = &own_workers[nown_workers - 1];
+
+		if (lock_held(worker->worker_id, PGQ_LOCK_WORKER, worker->installation))
+			unlock(worker->worker_id, PGQ_LOCK_WORKER, worker->installation);
 	}
 }
 
@@ -331,8 +428,10 @@ pgq_advisory_undo_claim(int64 block_id)
 void
 pgq_advisory_forget_block(int64 block_id)
 {
-	int			i = find_held(block_id);
+	int			i;
 
+	check_installation();
+	i = find_held(block_id);
 	if (i >= 0 && !pgq_xact_unlocking(block_id))
 		forget_held(i, false);
 }
@@ -348,7 +447,8 @@ pgq_advisory_forget_group(const PgqGroupRef *group)
 	for (int i = nheld - 1; i >= 0; i--)
 	{
 		if (held[i].group.group_id == group->group_id &&
-			held[i].group.dbid == group->dbid)
+			held[i].group.dbid == group->dbid &&
+			held[i].group.created_at == group->created_at)
 			forget_held(i, false);
 	}
 }
@@ -360,13 +460,14 @@ pgq_advisory_forget_group(const PgqGroupRef *group)
 void
 pgq_advisory_check_worker_held(int64 worker_id)
 {
-	if (!lock_held(worker_id, PGQ_LOCK_WORKER))
+	check_installation();
+	if (!lock_held(worker_id, PGQ_LOCK_WORKER, installation))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("worker " INT64_FORMAT " is not registered in this session",
 						worker_id),
 				 errdetail("This session does not hold the worker's placeholder lock."),
-				 errhint("The session's advisory locks are gone if the server restarted or failed over, a connection pooler moved the client to another session, or pg_advisory_unlock_all() or DISCARD ALL ran.  Register again with pgq.register_worker() and take blocks back with pgq.relock().")));
+				 errhint("The session's advisory locks are gone if the server restarted or failed over, a connection pooler moved the client to another session, pg_advisory_unlock_all() or DISCARD ALL ran, or the extension was dropped and created again.  Register again with pgq.register_worker() and take blocks back with pgq.relock().")));
 }
 
 /*
@@ -597,7 +698,8 @@ pgq_advisory_held_in_group(const PgqGroupRef *group)
 	for (int i = 0; i < nheld; i++)
 	{
 		if (held[i].group.group_id == group->group_id &&
-			held[i].group.dbid == group->dbid)
+			held[i].group.dbid == group->dbid &&
+			held[i].group.created_at == group->created_at)
 			n++;
 	}
 	return n;
@@ -618,6 +720,7 @@ pgq_advisory_claim(const PgqGroup *group, int max_blocks,
 	int64		last;
 	int			n;
 
+	check_installation();
 	forget_lost_locks();
 	n = lock_due(group, max_blocks, blocks, cxt);
 	if (n < max_blocks)
@@ -651,8 +754,12 @@ pgq_advisory_claim(const PgqGroup *group, int max_blocks,
 static bool
 holds_block(const PgqGroupRef *group, int64 block_id)
 {
-	return find_held_in(group, block_id) >= 0 &&
-		lock_held(block_id, PGQ_LOCK_BLOCK) &&
+	int			i;
+
+	check_installation();
+	i = find_held_in(group, block_id);
+	return i >= 0 &&
+		lock_held(block_id, PGQ_LOCK_BLOCK, held[i].installation) &&
 		!pgq_xact_unlocking(block_id);
 }
 
@@ -742,20 +849,24 @@ pgq_advisory_fail(const PgqGroup *group, int64 block_id, text *error,
 void
 pgq_forget_dead_workers(void)
 {
-	Oid			argtypes[1] = {OIDOID};
-	Datum		values[1];
+	Oid			argtypes[2] = {OIDOID, INT2OID};
+	Datum		values[2];
 	int			rc;
 
+	check_installation();
 	values[0] = ObjectIdGetDatum(MyDatabaseId);
+	values[1] = Int16GetDatum(PGQ_LOCK_KEY_BASE +
+							  PGQ_LOCK_WORKER * PGQ_LOCK_INSTALLATIONS +
+							  installation);
 	rc = SPI_execute_with_args("DELETE FROM pgq.worker_registry w "
 							   "WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_locks l "
 							   "WHERE l.locktype " OP("=") " 'advisory' AND l.granted "
 							   "AND l.database " OP("=") " $1 "
-							   "AND l.objsubid " OP("=") " " CppAsString2(PGQ_LOCK_WORKER) " "
+							   "AND l.objsubid " OP("=") " $2 "
 							   "AND l.pid " OP("=") " w.pid "
 							   "AND (l.classid::pg_catalog.int8 " OP("<<") " 32 "
 							   OP("|") " l.objid::pg_catalog.int8) " OP("=") " w.worker_id)",
-							   1, argtypes, values, NULL, false, 0);
+							   2, argtypes, values, NULL, false, 0);
 	if (rc != SPI_OK_DELETE)
 		elog(ERROR, "could not clean up workers: %s", SPI_result_code_string(rc));
 }
@@ -802,8 +913,13 @@ pgq_register_worker(PG_FUNCTION_ARGS)
 	SPI_finish();
 	pgq_leave(&scope);
 
+	/* remembered, to be let go should the extension be created again */
+	reserve_worker();
 	if (!try_lock(worker_id, PGQ_LOCK_WORKER))
 		elog(ERROR, "could not lock new worker " INT64_FORMAT, worker_id);
+	own_workers[nown_workers].worker_id = worker_id;
+	own_workers[nown_workers].installation = installation;
+	nown_workers++;
 	PG_RETURN_INT64(worker_id);
 }
 
@@ -827,7 +943,8 @@ pgq_check_worker(PG_FUNCTION_ARGS)
 
 	pgq_check_arg_not_null(fcinfo, 0, "worker_id");
 	worker_id = PG_GETARG_INT64(0);
-	if (!lock_held(worker_id, PGQ_LOCK_WORKER))
+	check_installation();
+	if (!lock_held(worker_id, PGQ_LOCK_WORKER, installation))
 		PG_RETURN_BOOL(false);
 
 	pgq_enter(&scope);

@@ -167,7 +167,7 @@ BEGIN
     WHEN 'A' THEN
         SELECT l.classid::bigint << 32 | l.objid::bigint INTO id
         FROM pg_locks l
-        WHERE l.locktype = 'advisory' AND l.objsubid = 20561 AND l.granted
+        WHERE l.locktype = 'advisory' AND l.objsubid BETWEEN 4096 AND 12287 AND l.granted
           AND l.pid = pg_backend_pid()
           AND l.database = (SELECT oid FROM pg_database
                             WHERE datname = current_database())
@@ -177,7 +177,7 @@ BEGIN
         SELECT w.worker_id INTO id FROM pgq.worker_registry w
         WHERE w.pid = pg_backend_pid()
         ORDER BY EXISTS (SELECT FROM pg_locks l
-                         WHERE l.locktype = 'advisory' AND l.objsubid = 20562
+                         WHERE l.locktype = 'advisory' AND l.objsubid BETWEEN 12288 AND 20479
                            AND l.pid = pg_backend_pid()
                            AND (l.classid::bigint << 32 | l.objid::bigint) = w.worker_id)
                  AND random() < 0.9 DESC,
