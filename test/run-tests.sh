@@ -86,12 +86,22 @@ record() {
 	echo "$1 $2 $3" >>"$results"
 }
 
-# make's arguments that run one suite with the other two switched off
+# make's arguments that run one suite with the other two switched off, one
+# per line (a narrowed list of tests holds spaces)
 suite_args() {
 	case $1 in
-		regress) echo "ISOLATION= TAP_TESTS= ${PGQ_REGRESS:+REGRESS=$PGQ_REGRESS}" ;;
-		isolation) echo "REGRESS= TAP_TESTS= ${PGQ_ISOLATION:+ISOLATION=$PGQ_ISOLATION}" ;;
-		tap) echo "REGRESS= ISOLATION=" ;;
+		regress)
+			printf '%s\n' ISOLATION= TAP_TESTS=
+			[ -z "${PGQ_REGRESS:-}" ] || printf 'REGRESS=%s\n' "$PGQ_REGRESS"
+			;;
+		isolation)
+			printf '%s\n' REGRESS= TAP_TESTS=
+			[ -z "${PGQ_ISOLATION:-}" ] || printf 'ISOLATION=%s\n' "$PGQ_ISOLATION"
+			;;
+		tap)
+			printf '%s\n' REGRESS= ISOLATION=
+			[ -z "${PGQ_PROVE_TESTS:-}" ] || printf 'PROVE_TESTS=%s\n' "$PGQ_PROVE_TESTS"
+			;;
 	esac
 }
 
@@ -140,10 +150,10 @@ run_target() {
 	for suite in $(suites_of "$target"); do
 		local log="$log_dir/$target-$suite.log" ok=1
 		say "$target: $suite"
-		# shellcheck disable=SC2046
+		local args=()
+		mapfile -t args < <(suite_args "$suite")
 		run_as_tester make -C "$work" PG_CONFIG="$pg_config" installcheck \
-			$(suite_args "$suite") ${PGQ_PROVE_TESTS:+PROVE_TESTS="$PGQ_PROVE_TESTS"} \
-			>"$log" 2>&1 || ok=0
+			"${args[@]}" >"$log" 2>&1 || ok=0
 		tail -n 25 "$log"
 		count_suite "$suite" "$log"
 		# a suite that failed without a counted failure still fails
