@@ -295,6 +295,22 @@ UPDATE pgq.blocks SET state = 'r', attempt = 1, lease_until = now()
 WHERE block_id = :u0 + 2;
 PREPARE TRANSACTION 'lease_inflight';
 SELECT state FROM pgq.blocks WHERE block_id = :u0 + 2;
+-- nor can a transaction that retried a dead-lettered block: the claim hint
+-- moves back to the block when the retry commits
+SELECT pgq.create_group('v', 'SELECT g FROM generate_series(1, 2) g', 1,
+                        mode => 'lease', max_attempts => 1);
+SELECT min(block_id) AS v0 FROM pgq.blocks JOIN pgq.groups USING (group_id)
+WHERE group_name = 'v' \gset
+SELECT pgq.fail(block_id, 'boom', attempt => attempt) FROM pgq.claim('v');
+BEGIN;
+SELECT pgq.retry(:v0);
+PREPARE TRANSACTION 'lease_retry';
+SELECT state, attempt FROM pgq.blocks WHERE block_id = :v0;
+-- retried, in the transaction that claims next: its claim sees the retry
+BEGIN;
+SELECT pgq.retry(:v0);
+SELECT block_id - :v0 AS rel, attempt FROM pgq.claim('v');
+COMMIT;
 -- in REPEATABLE READ too, a block the caller does not hold is left alone:
 -- no serialization failure, as nothing changed it since the snapshot
 BEGIN ISOLATION LEVEL REPEATABLE READ;
@@ -310,5 +326,5 @@ ROLLBACK;
 SELECT pgq.drop_group('l'), pgq.drop_group('e'), pgq.drop_group('r'),
        pgq.drop_group('t'), pgq.drop_group('d'), pgq.drop_group('k'),
        pgq.drop_group('m'), pgq.drop_group('o'), pgq.drop_group('h'),
-       pgq.drop_group('u');
+       pgq.drop_group('u'), pgq.drop_group('v');
 SELECT count(*) AS blocks FROM pgq.blocks;

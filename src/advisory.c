@@ -266,12 +266,13 @@ forget_held(int i, bool back)
 		unlock(block.block_id, PGQ_LOCK_BLOCK, block.installation);
 	held[i] = held[--nheld];
 	pgq_advisory_locks_give();
+
+	/* the hint after the unlock, the claimed count after the hint */
+	if (back)
+		pgq_hint_lower(&block.group, block.block_id);
 	pgq_claimed_add(&block.group, -1);
 	if (back)
-	{
-		pgq_hint_lower(&block.group, block.block_id);
 		pgq_wake_group(&block.group);
-	}
 }
 
 /*

@@ -288,6 +288,7 @@ group_exhausted(PgqGroup *group)
 	int64		hint;
 	uint64		gen;
 	int64		own = 0;
+	bool		others;
 	bool		isnull;
 	bool		exhausted;
 	int			rc;
@@ -314,13 +315,18 @@ group_exhausted(PgqGroup *group)
 	if (group->state == PGQ_GROUP_FAILED)
 		return true;
 
-	if (!pgq_hint_get(&group->ref, &hint, &gen))
-		hint = 0;
+	/*
+	 * The claimed count before the hint: a block given back stays counted
+	 * until the hint is lowered to it (see pgq_claimed_add()).
+	 */
 	if (group->mode == PGQ_MODE_ADVISORY)
 		own = pgq_advisory_held_in_group(&group->ref);
 	else
 		own = pgq_xact_own_in_flight(group->ref.group_id);
-	if (hint > 0 && !pgq_no_claims_by_others(&group->ref, own))
+	others = !pgq_no_claims_by_others(&group->ref, own);
+	if (!pgq_hint_get(&group->ref, &hint, &gen))
+		hint = 0;
+	if (hint > 0 && others)
 		return false;
 
 	/* a lease that may run out, or a retry to come due */

@@ -397,6 +397,7 @@ extern bool pgq_xact_claimed(int64 block_id);
 extern void pgq_xact_wake_at_commit(const PgqGroupRef *group);
 extern void pgq_xact_remember_advisory(const PgqGroupRef *group,
 									   int64 block_id);
+extern void pgq_xact_remember_retry(const PgqGroupRef *group, int64 block_id);
 extern int64 pgq_xact_own_claims(int64 group_id);
 extern int64 pgq_xact_own_in_flight(int64 group_id);
 

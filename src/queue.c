@@ -1228,6 +1228,12 @@ retry_item(int64 item_id)
 						(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 						 errmsg("block " INT64_FORMAT " is not dead-lettered", item_id),
 						 errhint("Only dead-lettered blocks and done or dead-lettered items can be retried.")));
+			/*
+			 * Others' claims find the block once the hint is lowered at
+			 * commit; lowering it now as well only lets this transaction's
+			 * own claims find it too.
+			 */
+			pgq_xact_remember_retry(&group.ref, item_id);
 			pgq_hint_lower(&group.ref, item_id);
 			pgq_announce_claimable(&group.ref, group.name);
 			return true;

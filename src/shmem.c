@@ -10,11 +10,18 @@
  * group has an entry, keyed by (database, group id), holding
  *
  *	hint	no block with a smaller id is claimable, except blocks whose claim
- *			is later undone; an aborting claimer lowers the hint again
+ *			is later undone, or that are retried; the aborting claimer, or
+ *			the retry's commit, lowers the hint again, once the block is
+ *			visible as pending
  *	gen		changed by every lowering (to a value never used before), so that
  *			a claim which read the hint before a lowering never raises it
  *			past the returned block
- *	claimed	blocks claimed by transactions that have not ended yet
+ *	claimed	blocks claimed by transactions that have not ended yet, and
+ *			dead-lettered blocks that they retried; a block given back (an
+ *			abort, a retry's commit, an advisory release) leaves the count
+ *			only after the hint was lowered to it, so that a claim that
+ *			reads the count and then the hint, and finds no claim of
+ *			others in flight, reads a hint at or below the block
  *	due_from  no lease runs out and no retry comes due before this time, as
  *			a look for due blocks found at due_checked; claims of lease and
  *			advisory groups do not look again until then, for at most
@@ -313,9 +320,11 @@ pgq_hint_advance(const PgqGroupRef *group, uint64 gen, int64 next)
 }
 
 /*
- * A claim on block_id was undone (abort, subtransaction abort): the block is
- * claimable again, so the hint must not stay above it.  Safe in transaction
- * callbacks: it allocates nothing and cannot fail.
+ * Block block_id is claimable again (a claim undone, a retry committed, an
+ * advisory lock let go), or held by the caller: the hint must not stay above
+ * it.  Call it once the block is visible as claimable: a claim that reads
+ * the new generation before then may move the hint past the block again.
+ * Safe in transaction callbacks: it allocates nothing and cannot fail.
  */
 void
 pgq_hint_lower(const PgqGroupRef *group, int64 block_id)
@@ -603,7 +612,10 @@ pgq_inflight_raise(Oid dbid, int64 group_id, int64 block_id)
 /*
  * Count blocks taken (delta > 0) or given up (delta < 0).  Returns the count
  * now, or -1 if it is not kept.  A count that cannot be kept makes counts of
- * groups without an entry unknown.
+ * groups without an entry unknown.  A block given up that is claimable
+ * again is taken out of the count after pgq_hint_lower() (see "claimed"
+ * above).  Safe in transaction callbacks when delta < 0: it allocates
+ * nothing and cannot fail.
  */
 int64
 pgq_claimed_add(const PgqGroupRef *group, int64 delta)

@@ -11,6 +11,11 @@
  * that the block becomes reachable again.  PREPARE TRANSACTION is refused: a
  * prepared transaction would hold its blocks with nobody left to process them.
  *
+ * Shared state that describes the table changes once the change is visible:
+ * in the commit and abort callbacks here, never before.  A retry of a
+ * dead-lettered block lowers the hint to it when it commits; until then it
+ * counts as claimed, as claims do.
+ *
  * A pgq.drop_group() that is undone needs the same care as a claim: it locks
  * the group's blocks one by one, and a claim running meanwhile moves the hint
  * past the ones it has locked.
@@ -56,7 +61,10 @@ typedef enum PgqRecordKind
 	PGQ_REC_DROP,				/* pgq.drop_group() locked the group's blocks */
 	PGQ_REC_UNLOCK,				/* an advisory block to unlock at commit */
 	PGQ_REC_WAKE,				/* the group's waiters to wake at commit */
-	PGQ_REC_ADVISORY			/* an advisory claim, given back on abort */
+	PGQ_REC_ADVISORY,			/* an advisory claim, given back on abort */
+	PGQ_REC_RETRY				/* a dead-lettered block made pending again,
+								 * in the claimed count until the transaction
+								 * ends */
 } PgqRecordKind;
 
 typedef struct PgqClaimRecord
@@ -179,6 +187,24 @@ pgq_xact_remember_lease(const PgqGroupRef *group, const ClaimedBlock *blocks,
 		claims[nclaims - 1].until = until;
 	}
 	pgq_claimed_add(group, n);
+}
+
+/*
+ * The current (sub)transaction made block_id of the group pending again
+ * (pgq.retry() of a dead-lettered block).  Claims find the block only once
+ * the hint is at or below it, and the hint may move there only once the
+ * block is visible: at commit (a claim that ran meanwhile could move the
+ * hint past it again).  Until the transaction ends the block counts as
+ * claimed, so that waiting claims do not take the group for exhausted while
+ * the retry may still make a block claimable, nor before the hint is
+ * lowered (see pgq_claimed_add()).
+ */
+void
+pgq_xact_remember_retry(const PgqGroupRef *group, int64 block_id)
+{
+	pgq_xact_reserve(1);
+	add_record(group, block_id, PGQ_REC_RETRY);
+	pgq_claimed_add(group, 1);
 }
 
 /* Has this transaction run an UPDATE of pgq.blocks (see pgq_blocks_changed())? */
@@ -383,7 +409,8 @@ pgq_xact_unlocking(int64 block_id)
 
 /*
  * Blocks of the group that this transaction claimed in transaction or lease
- * mode and has not committed yet: its part of the shared claimed count.
+ * mode, or retried, and has not committed yet: its part of the shared
+ * claimed count.
  */
 int64
 pgq_xact_own_in_flight(int64 group_id)
@@ -393,7 +420,8 @@ pgq_xact_own_in_flight(int64 group_id)
 	for (int i = 0; i < nclaims; i++)
 	{
 		if ((claims[i].kind == PGQ_REC_CLAIM ||
-			 claims[i].kind == PGQ_REC_LEASE) &&
+			 claims[i].kind == PGQ_REC_LEASE ||
+			 claims[i].kind == PGQ_REC_RETRY) &&
 			claims[i].group.dbid == MyDatabaseId &&
 			claims[i].group.group_id == group_id)
 			n++;
@@ -439,6 +467,7 @@ settle_claims(int first, bool undone)
 	{
 		const PgqGroupRef *group = &claims[i].group;
 		int64		lowest = PG_INT64_MAX;
+		int64		retried = PG_INT64_MAX; /* the lowest block retried */
 		TimestampTz until = DT_NOEND;	/* the first committed lease end */
 		int64		leased = 0; /* the highest block taken under a lease */
 		int64		counted = 0;	/* in the shared claimed count */
@@ -480,11 +509,19 @@ settle_claims(int first, bool undone)
 					if (undone)
 						pgq_advisory_undo_claim(claims[j].block_id);
 					continue;
+				case PGQ_REC_RETRY:
+					counted++;
+					if (!undone)
+						retried = Min(retried, claims[j].block_id);
+					wake = true;
+					continue;
 			}
 			lowest = Min(lowest, claims[j].block_id);
 		}
 		if (undone && lowest != PG_INT64_MAX)
 			pgq_hint_lower(group, lowest);
+		if (retried != PG_INT64_MAX)
+			pgq_hint_lower(group, retried);
 		if (!undone && until != DT_NOEND)
 		{
 			/* now that the leases are visible: see pgq_inflight_bound() */
@@ -493,8 +530,9 @@ settle_claims(int first, bool undone)
 		}
 
 		/*
-		 * A commit that leaves no claim in flight may have left the group
-		 * unable to yield another block: waiters must learn that too.
+		 * Only now, after the hint: see pgq_claimed_add().  A commit that
+		 * leaves no claim in flight may have left the group unable to yield
+		 * another block: waiters must learn that too.
 		 */
 		if (counted > 0 && pgq_claimed_add(group, -counted) <= 0)
 			wake = true;
@@ -541,6 +579,15 @@ pgq_xact_callback(XactEvent event, void *arg)
 						 errmsg("cannot PREPARE a transaction that made pgq blocks claimed or waiting for a retry"),
 						 errdetail("Shared memory must learn of such blocks when the transaction commits."),
 						 errhint("Commit or roll back the transaction instead.")));
+			for (int i = 0; i < nclaims; i++)
+			{
+				if (claims[i].kind == PGQ_REC_RETRY)
+					ereport(ERROR,
+							(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+							 errmsg("cannot PREPARE a transaction that retried a dead-lettered pgq block"),
+							 errdetail("Shared memory must learn of the block when the transaction commits."),
+							 errhint("Commit or roll back the transaction instead.")));
+			}
 			if (ndrops > 0)
 				ereport(ERROR,
 						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
