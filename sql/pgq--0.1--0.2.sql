@@ -73,25 +73,6 @@ CREATE INDEX items_item_id_idx ON pgq.items (item_id);
 DROP INDEX pgq.blocks_block_id_idx;
 CREATE INDEX blocks_block_id_idx ON pgq.blocks (block_id);
 
--- Claims of lease and advisory groups do not look for due blocks while
--- shared memory says that nothing is due yet.  The commit of an UPDATE of pgq.blocks (pgq's
--- own release, fail and extend, or anyone's by hand) may have moved a
--- deadline: this trigger has every group of the database look again.  Only
--- the trigger runs the function (its owner's privilege was checked when the
--- trigger was made).
-CREATE FUNCTION pgq.blocks_changed()
-RETURNS trigger
-AS 'MODULE_PATHNAME', 'pgq_blocks_changed'
-LANGUAGE C;
-
-COMMENT ON FUNCTION pgq.blocks_changed() IS
-'trigger on pgq.blocks: an UPDATE makes claims look for due blocks again';
-
-REVOKE EXECUTE ON FUNCTION pgq.blocks_changed() FROM PUBLIC;
-
-CREATE TRIGGER blocks_changed AFTER UPDATE ON pgq.blocks
-    FOR EACH STATEMENT EXECUTE FUNCTION pgq.blocks_changed();
-
 -- Lease claims are HOT updates: no index names a column that a claim changes
 -- (state, attempt, lease_until), and more than half of each page is kept
 -- free for the new row versions of a claim of many blocks (a claimed block's
@@ -106,15 +87,20 @@ ALTER TABLE pgq.blocks SET (fillfactor = 45);
 
 -- SQL that makes blocks claimed under a lease or waiting for a retry
 -- (advisory mode's fail, or anyone's by hand) raises that bound when it
--- commits.  The trigger fires in every session, also under
--- session_replication_role = replica: claims trust the bound only then.
+-- commits.  Claims of lease and advisory groups do not look for due blocks
+-- while shared memory says that nothing is due yet: SQL that makes such a
+-- block, or moves its deadline earlier (lease mode's release and fail),
+-- makes the claims of its group look again when it commits.  The trigger
+-- fires in every session, also under session_replication_role = replica:
+-- claims trust the bound only then.  Only the trigger runs the function
+-- (its owner's privilege was checked when the trigger was made).
 CREATE FUNCTION pgq.blocks_inflight()
 RETURNS trigger
 AS 'MODULE_PATHNAME', 'pgq_blocks_inflight'
 LANGUAGE C;
 
 COMMENT ON FUNCTION pgq.blocks_inflight() IS
-'trigger on pgq.blocks: blocks claimed under a lease or waiting for a retry are looked for up to the highest one';
+'trigger on pgq.blocks: blocks claimed under a lease or waiting for a retry are looked for up to the highest one, and when a deadline comes sooner';
 
 REVOKE EXECUTE ON FUNCTION pgq.blocks_inflight() FROM PUBLIC;
 

@@ -11,9 +11,9 @@
  * index and table AMs instead.  They are safe to use because pgq owns the
  * table: it has no rules, policies or foreign keys to honour, and the
  * callers check the caller's privilege on the group before they change
- * anything.  Its triggers, blocks_changed and blocks_inflight, are for
- * changes made in SQL; the updates made here (lease claims) tell shared
- * memory themselves, at commit.
+ * anything.  Its trigger, blocks_inflight, is for changes made in SQL; the
+ * updates made here (lease claims) tell shared memory themselves, at
+ * commit.
  *
  * Each scan takes the snapshot a statement would: a new one in READ
  * COMMITTED, the transaction's in REPEATABLE READ and SERIALIZABLE (claims
@@ -907,8 +907,9 @@ walk_due(const PgqGroupRef *group, TimestampTz now, int max,
  * if none).  No walk is needed before the earliest deadline that the last
  * look found, nor while another claim looks (see pgq_due_none()); otherwise
  * walk, and remember what the walk found if nothing is due.  A transaction
- * that updated pgq.blocks itself walks every time, and keeps what it sees
- * to itself.  With max 0, returns 1 if some block is due, 0 if none is.
+ * that changed the group's deadlines in SQL walks every time, and keeps
+ * what it sees to itself.  With max 0, returns 1 if some block is due, 0 if
+ * none is.
  */
 int
 pgq_block_due(const PgqGroupRef *group, TimestampTz now, int max,
@@ -916,7 +917,7 @@ pgq_block_due(const PgqGroupRef *group, TimestampTz now, int max,
 {
 	uint64		gen = 0;
 	TimestampTz earliest;
-	bool		own = pgq_xact_updated_blocks();
+	bool		own = pgq_xact_changed_deadlines(group->group_id);
 	int			n;
 
 	if (due != NULL)

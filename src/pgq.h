@@ -361,7 +361,7 @@ extern TimestampTz pgq_due_recorded(const PgqGroupRef *group);
 extern void pgq_due_look_abandoned(const PgqGroupRef *group,
 									TimestampTz now);
 extern void pgq_due_lower(const PgqGroupRef *group, TimestampTz until);
-extern void pgq_due_forget_all(Oid dbid);
+extern void pgq_due_forget(Oid dbid, int64 group_id);
 extern bool pgq_group_has_entry(const PgqGroupRef *group);
 extern bool pgq_inflight_bound(const PgqGroupRef *group, int64 *bound,
 							   uint64 *gen);
@@ -388,7 +388,7 @@ extern void pgq_xact_remember(const PgqGroupRef *group,
 extern void pgq_xact_remember_lease(const PgqGroupRef *group,
 									const ClaimedBlock *blocks, int n,
 									TimestampTz until);
-extern bool pgq_xact_updated_blocks(void);
+extern bool pgq_xact_changed_deadlines(int64 group_id);
 extern int64 pgq_xact_inflight_highest(int64 group_id);
 extern void pgq_xact_remember_drop(const PgqGroupRef *group);
 extern void pgq_xact_unlock_at_commit(const PgqGroupRef *group, int64 block_id);

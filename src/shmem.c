@@ -26,8 +26,9 @@
  *			a look for due blocks found at due_checked; claims of lease and
  *			advisory groups do not look again until then, for at most
  *			PGQ_DUE_TRUST.  The commit of a lease claim lowers it, the
- *			commit of an UPDATE of pgq.blocks (release, fail, extend,
- *			anyone's by hand) forgets it; due_gen keeps a look that raced
+ *			commit of SQL that may have made one of the group's deadlines
+ *			come sooner (release, fail, anyone's by hand; not extend)
+ *			forgets it; due_gen keeps a look that raced
  *			with a forgetting from recording what it found, and a look
  *			that raced with lease commits records no later than the
  *			earliest of their leases (due_lowered).  One claim looks at a
@@ -469,25 +470,24 @@ pgq_due_lower(const PgqGroupRef *group, TimestampTz until)
 }
 
 /*
- * A transaction that ran an UPDATE of pgq.blocks committed: any deadline of
- * any group of database "dbid" may have changed, so their next claims look
- * for due blocks.  Safe in transaction callbacks: it allocates nothing and
- * cannot fail.
+ * A transaction that may have made a deadline of group group_id (of database
+ * dbid, of any incarnation) come sooner committed: the group's next claims
+ * look for due blocks.  Safe in transaction callbacks: it allocates nothing
+ * and cannot fail.
  */
 void
-pgq_due_forget_all(Oid dbid)
+pgq_due_forget(Oid dbid, int64 group_id)
 {
-	HASH_SEQ_STATUS status;
+	PgqGroupKey key;
 	PgqGroupEntry *entry;
 
 	if (!pgq_shmem_ready())
 		return;
+	make_key(&key, dbid, group_id);
 	LWLockAcquire(pgq_state->lock, LW_SHARED);
-	hash_seq_init(&status, pgq_groups);
-	while ((entry = hash_seq_search(&status)) != NULL)
+	entry = hash_search(pgq_groups, &key, HASH_FIND, NULL);
+	if (entry != NULL)
 	{
-		if (entry->key.dbid != dbid)
-			continue;
 		SpinLockAcquire(&entry->mutex);
 		entry->due_checked = 0;
 		entry->due_gen = pg_atomic_fetch_add_u64(&pgq_state->gen_seed, 1);

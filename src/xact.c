@@ -42,7 +42,6 @@
 
 #include "pgq.h"
 
-PG_FUNCTION_INFO_V1(pgq_blocks_changed);
 PG_FUNCTION_INFO_V1(pgq_blocks_inflight);
 
 /*
@@ -81,17 +80,19 @@ static int	nclaims = 0;
 static int	maxclaims = 0;
 static int	ncounted = 0;		/* PGQ_REC_CLAIM records */
 static int	ndrops = 0;			/* PGQ_REC_DROP records */
-static bool updated_blocks = false;	/* see pgq_blocks_changed() */
 
 /*
- * Blocks that SQL statements of the transaction made claimed under a lease
- * or waiting for a retry (see pgq_blocks_inflight()): the highest block id
- * per group, for pgq_inflight_raise() at commit.
+ * The groups in which SQL statements of the transaction wrote rows claimed
+ * under a lease or waiting for a retry (see pgq_blocks_inflight()): the
+ * highest block id that became such a row, for pgq_inflight_raise() at
+ * commit (0: none), and whether a deadline may have come sooner, for
+ * pgq_due_forget().
  */
 typedef struct InflightRows
 {
 	int64		group_id;
 	int64		highest;
+	bool		sooner;
 } InflightRows;
 
 static InflightRows *inflight = NULL;
@@ -99,7 +100,7 @@ static int	ninflight = 0;
 static int	maxinflight = 0;
 
 static void pgq_xact_callback(XactEvent event, void *arg);
-static void raise_inflight(void);
+static void publish_inflight(void);
 static void pgq_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 								 SubTransactionId parentSubid, void *arg);
 
@@ -207,11 +208,20 @@ pgq_xact_remember_retry(const PgqGroupRef *group, int64 block_id)
 	pgq_claimed_add(group, 1);
 }
 
-/* Has this transaction run an UPDATE of pgq.blocks (see pgq_blocks_changed())? */
+/*
+ * Has this transaction written, in SQL, a row of the group that is claimed
+ * under a lease or waits for a retry (see pgq_blocks_inflight())?  Then
+ * what shared memory knows of the group's deadlines does not cover the
+ * transaction's own changes, and what the transaction sees of them is not
+ * for others.
+ */
 bool
-pgq_xact_updated_blocks(void)
+pgq_xact_changed_deadlines(int64 group_id)
 {
-	return updated_blocks;
+	for (int i = 0; i < ninflight; i++)
+		if (inflight[i].group_id == group_id)
+			return true;
+	return false;
 }
 
 /*
@@ -254,27 +264,6 @@ pgq_xact_wake_at_commit(const PgqGroupRef *group)
 }
 
 /*
- * pgq.blocks_changed(), the statement trigger on UPDATE of pgq.blocks: SQL
- * (pgq's own statements, or someone's by hand) may have changed any group's
- * deadlines.  At commit every group of the database forgets what it knew
- * about them (pgq_due_forget_all()).
- */
-Datum
-pgq_blocks_changed(PG_FUNCTION_ARGS)
-{
-	TriggerData *trigdata = (TriggerData *) fcinfo->context;
-
-	if (!CALLED_AS_TRIGGER(fcinfo) ||
-		!TRIGGER_FIRED_AFTER(trigdata->tg_event) ||
-		!TRIGGER_FIRED_FOR_STATEMENT(trigdata->tg_event))
-		ereport(ERROR,
-				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
-				 errmsg("pgq.blocks_changed() can only be called as an AFTER ... FOR EACH STATEMENT trigger")));
-	updated_blocks = true;
-	return PointerGetDatum(NULL);
-}
-
-/*
  * pgq.blocks_inflight(), the row trigger BEFORE INSERT OR UPDATE of
  * pgq.blocks for rows claimed under a lease or waiting for a retry (its WHEN
  * clause).  Looks for due blocks walk a group only up to the highest such
@@ -284,6 +273,12 @@ pgq_blocks_changed(PG_FUNCTION_ARGS)
  * pgq.fail(), or SQL run by hand.  Lease mode's release and fail change
  * blocks that were claimed already, which the bound covers; lease claims,
  * which run no SQL, raise it from their records (settle_claims()).
+ *
+ * Claims do not look for due blocks while shared memory knows that none is
+ * due yet.  A row that becomes one, or whose deadline moves earlier (lease
+ * mode's release and fail), makes its group's claims look again once the
+ * transaction commits (pgq_due_forget()); a deadline moved later (extend)
+ * or gone (complete, dead-lettering) makes nothing due sooner than known.
  */
 Datum
 pgq_blocks_inflight(PG_FUNCTION_ARGS)
@@ -294,6 +289,10 @@ pgq_blocks_inflight(PG_FUNCTION_ARGS)
 	bool		isnull;
 	int64		group_id;
 	int64		block_id;
+	Datum		due;
+	bool		nodue;
+	int64		raise;			/* the block id to raise the bound to */
+	bool		sooner;			/* may a deadline come sooner? */
 	int			i;
 
 	if (!CALLED_AS_TRIGGER(fcinfo) ||
@@ -311,6 +310,9 @@ pgq_blocks_inflight(PG_FUNCTION_ARGS)
 										  tupdesc, &isnull));
 	block_id = DatumGetInt64(heap_getattr(tuple, Anum_blocks_block_id,
 										  tupdesc, &isnull));
+	due = heap_getattr(tuple, Anum_blocks_lease_until, tupdesc, &nodue);
+	raise = block_id;
+	sooner = !nodue;
 	if (TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event))
 	{
 		HeapTuple	old = trigdata->tg_trigtuple;
@@ -323,7 +325,14 @@ pgq_blocks_inflight(PG_FUNCTION_ARGS)
 									   &isnull)) == group_id &&
 			DatumGetInt64(heap_getattr(old, Anum_blocks_block_id, tupdesc,
 									   &isnull)) == block_id)
-			return PointerGetDatum(tuple);
+		{
+			Datum		olddue = heap_getattr(old, Anum_blocks_lease_until,
+											  tupdesc, &isnull);
+
+			raise = 0;
+			if (sooner && !isnull)
+				sooner = DatumGetTimestampTz(due) < DatumGetTimestampTz(olddue);
+		}
 	}
 
 	for (i = 0; i < ninflight; i++)
@@ -343,11 +352,12 @@ pgq_blocks_inflight(PG_FUNCTION_ARGS)
 			maxinflight = newmax;
 		}
 		inflight[i].group_id = group_id;
-		inflight[i].highest = block_id;
+		inflight[i].highest = 0;
+		inflight[i].sooner = false;
 		ninflight++;
 	}
-	else if (inflight[i].highest < block_id)
-		inflight[i].highest = block_id;
+	inflight[i].highest = Max(inflight[i].highest, raise);
+	inflight[i].sooner |= sooner;
 	return PointerGetDatum(tuple);
 }
 
@@ -372,15 +382,21 @@ pgq_xact_inflight_highest(int64 group_id)
 }
 
 /*
- * Add what pgq_blocks_inflight() saw to shared memory.  Safe in transaction
- * callbacks: it allocates nothing and cannot fail.
+ * Add what pgq_blocks_inflight() saw to shared memory, now that it is
+ * visible.  Safe in transaction callbacks: it allocates nothing and cannot
+ * fail.
  */
 static void
-raise_inflight(void)
+publish_inflight(void)
 {
 	for (int i = 0; i < ninflight; i++)
-		pgq_inflight_raise(MyDatabaseId, inflight[i].group_id,
-						   inflight[i].highest);
+	{
+		if (inflight[i].highest > 0)
+			pgq_inflight_raise(MyDatabaseId, inflight[i].group_id,
+							   inflight[i].highest);
+		if (inflight[i].sooner)
+			pgq_due_forget(MyDatabaseId, inflight[i].group_id);
+	}
 }
 
 /* Did this transaction (or a live subtransaction) claim block_id in transaction mode? */
@@ -573,12 +589,16 @@ pgq_xact_callback(XactEvent event, void *arg)
 										"The transaction holds %d claimed blocks.",
 										ncounted, ncounted),
 						 errhint("Commit the transaction to consume the blocks, or roll it back to give them back.")));
-			if (ninflight > 0)
-				ereport(ERROR,
-						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-						 errmsg("cannot PREPARE a transaction that made pgq blocks claimed or waiting for a retry"),
-						 errdetail("Shared memory must learn of such blocks when the transaction commits."),
-						 errhint("Commit or roll back the transaction instead.")));
+			/* (a deadline moved sooner is seen once a look is a second old) */
+			for (int i = 0; i < ninflight; i++)
+			{
+				if (inflight[i].highest > 0)
+					ereport(ERROR,
+							(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+							 errmsg("cannot PREPARE a transaction that made pgq blocks claimed or waiting for a retry"),
+							 errdetail("Shared memory must learn of such blocks when the transaction commits."),
+							 errhint("Commit or roll back the transaction instead.")));
+			}
 			for (int i = 0; i < nclaims; i++)
 			{
 				if (claims[i].kind == PGQ_REC_RETRY)
@@ -611,9 +631,7 @@ pgq_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
 			/* before the waiters wake, so that their claims look again */
-			raise_inflight();
-			if (updated_blocks)
-				pgq_due_forget_all(MyDatabaseId);
+			publish_inflight();
 			settle_claims(0, false);
 			pgq_lease_xact_end();
 			break;
@@ -628,7 +646,6 @@ pgq_xact_callback(XactEvent event, void *arg)
 	}
 
 	/* TopTransactionContext is about to go away, and the records with it */
-	updated_blocks = false;
 	inflight = NULL;
 	ninflight = 0;
 	maxinflight = 0;

@@ -875,20 +875,14 @@ sub gen_may_see
 		regrole_array(), regrole_array()) . ')');
 }
 
-# the trigger function called directly (refused, 39P01), or a statement that
-# fires it and changes no row (one that did could wait for a row lock of the
-# other session, which waits for this one)
-sub gen_blocks_changed
-{
-	return ('blocks_changed', pick('SELECT pgq.blocks_changed()',
-		'UPDATE pgq.blocks SET lease_until = lease_until WHERE block_id < 0'
-		  . ' RETURNING block_id'));
-}
-
-# the row trigger function called directly: refused (39P01)
+# the row trigger function called directly (refused, 39P01), or an UPDATE
+# of pgq.blocks that changes no row (one that did could wait for a row lock
+# of the other session, which waits for this one)
 sub gen_blocks_inflight
 {
-	return ('blocks_inflight', 'SELECT pgq.blocks_inflight()');
+	return ('blocks_inflight', pick('SELECT pgq.blocks_inflight()',
+		'UPDATE pgq.blocks SET lease_until = lease_until WHERE block_id < 0'
+		  . ' RETURNING block_id'));
 }
 
 sub gen_pause
@@ -962,7 +956,6 @@ my %generator_of = (
 	may_see => [ \&gen_may_see, 1 ], pause => [ \&gen_pause, 2 ],
 	purge => [ \&gen_purge, 2 ], rematerialize => [ \&gen_rematerialize, 1 ],
 	has_group_privilege => [ \&gen_has_group_privilege, 1 ],
-	blocks_changed => [ \&gen_blocks_changed, 1 ],
 	blocks_inflight => [ \&gen_blocks_inflight, 1 ]);
 my %installed = map { $_ => 1 } @pgq_functions;
 my @generators = (
