@@ -25,6 +25,7 @@
 #include "postgres.h"
 
 #include "access/genam.h"
+#include "access/htup_details.h"
 #include "access/relation.h"
 #include "access/stratnum.h"
 #include "access/table.h"
@@ -35,6 +36,7 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_am.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_trigger.h"
 #include "commands/trigger.h"
 #include "executor/executor.h"
 #include "executor/tuptable.h"
@@ -720,26 +722,74 @@ compare_due_nodes(Datum a, Datum b, void *arg)
 }
 
 /*
- * Does pgq.blocks_inflight fire in every session?  It is made ENABLE ALWAYS,
- * so that it fires under session_replication_role = replica too (logical
- * replication's apply workers).  Without it (a database not yet updated
- * from 0.1, or the trigger disabled or made to fire in some sessions only),
- * SQL can make blocks claimed or waiting beyond the bound that shared
- * memory keeps without raising it.
+ * Does pgq.blocks_inflight fire in every session, and since when?  It is
+ * made ENABLE ALWAYS, so that it fires under session_replication_role =
+ * replica too (logical replication's apply workers).  Without it (a
+ * database not yet updated from 0.1, or the trigger disabled or made to
+ * fire in some sessions only), SQL can make blocks claimed or waiting
+ * beyond the bound that shared memory keeps without raising it; a bound
+ * learned before, or while, it was missing does not cover them once it is
+ * back.
+ *
+ * Returns 0 if it does not fire in every session, and otherwise the epoch
+ * of the bounds that it keeps (see pgq_inflight_bound()): the trigger's
+ * OID and the transaction that wrote the current version of its pg_trigger
+ * row, which every CREATE TRIGGER, ENABLE and DISABLE writes anew.  Read
+ * from the catalog again after each invalidation of pgq's relations, which
+ * those commands send.  "blocks" is pgq.blocks' OID.
  */
-static bool
-inflight_trigger_enabled(Relation heap)
+static uint64
+inflight_trigger_epoch(Oid blocks)
 {
-	TriggerDesc *trigdesc = heap->trigdesc;
+	static uint64 epoch = 0;
+	static uint64 epoch_generation = 0;
+	static bool epoch_valid = false;
+	Relation	rel;
+	ScanKeyData keys[2];
+	SysScanDesc scan;
+	HeapTuple	tuple;
 
-	if (trigdesc == NULL)
-		return false;
-	for (int i = 0; i < trigdesc->numtriggers; i++)
+	if (epoch_valid && epoch_generation == own_rels_generation)
+		return epoch;
+
+	rel = table_open(TriggerRelationId, AccessShareLock);
+	ScanKeyInit(&keys[0], Anum_pg_trigger_tgrelid, BTEqualStrategyNumber,
+				F_OIDEQ, ObjectIdGetDatum(blocks));
+	ScanKeyInit(&keys[1], Anum_pg_trigger_tgname, BTEqualStrategyNumber,
+				F_NAMEEQ, CStringGetDatum("blocks_inflight"));
+	scan = systable_beginscan(rel, TriggerRelidNameIndexId, true, NULL, 2,
+							  keys);
+	epoch = 0;
+	tuple = systable_getnext(scan);
+	if (HeapTupleIsValid(tuple))
 	{
-		if (strcmp(trigdesc->triggers[i].tgname, "blocks_inflight") == 0)
-			return trigdesc->triggers[i].tgenabled == TRIGGER_FIRES_ALWAYS;
+		Form_pg_trigger trigger = (Form_pg_trigger) GETSTRUCT(tuple);
+
+		if (trigger->tgenabled == TRIGGER_FIRES_ALWAYS)
+			epoch = (uint64) HeapTupleHeaderGetRawXmin(tuple->t_data) << 32 |
+				trigger->oid;
 	}
-	return false;
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+
+	epoch_generation = own_rels_generation;
+	epoch_valid = true;
+	return epoch;
+}
+
+/*
+ * The epoch of the bounds of blocks in flight (see inflight_trigger_epoch()),
+ * for a group being created: 0 if the trigger that keeps them is not in
+ * place.
+ */
+uint64
+pgq_block_inflight_epoch(void)
+{
+	Relation	heap = pgq_open_rel("blocks", AccessShareLock);
+	uint64		epoch = inflight_trigger_epoch(RelationGetRelid(heap));
+
+	table_close(heap, NoLock);
+	return epoch;
 }
 
 /*
@@ -749,10 +799,11 @@ inflight_trigger_enabled(Relation heap)
  * committed, and none of the current transaction's own changes: had it
  * completed the highest block, say, and then rolled back, the block would
  * lie above the bound.  Its own blocks count anyway
- * (pgq_xact_inflight_highest()).
+ * (pgq_xact_inflight_highest()).  "epoch" is the trigger's that keeps the
+ * bound from now on.
  */
 static void
-learn_bound(const PgqGroupRef *group, uint64 gen)
+learn_bound(const PgqGroupRef *group, uint64 gen, uint64 epoch)
 {
 	PgqBlockScan scan;
 	ScanKeyData keys[1];
@@ -783,7 +834,7 @@ learn_bound(const PgqGroupRef *group, uint64 gen)
 												   &isnull));
 	}
 	pgq_block_scan_close(&scan);
-	pgq_inflight_found(group, gen, highest);
+	pgq_inflight_found(group, gen, highest, epoch);
 }
 
 /*
@@ -808,6 +859,7 @@ walk_due(const PgqGroupRef *group, TimestampTz now, int max,
 	ScanKeyData keys[2];
 	int64		bound;
 	uint64		gen;
+	uint64		epoch;
 	PgqDueBlock *kept = NULL;	/* grown as needed, up to "max" */
 	int			nkept = 0;
 	binaryheap *heap = NULL;	/* once "max" are kept, over them */
@@ -818,12 +870,13 @@ walk_due(const PgqGroupRef *group, TimestampTz now, int max,
 		*due = NULL;
 
 	pgq_block_scan_open(&scan, "blocks_pkey", AccessShareLock);
-	if (!inflight_trigger_enabled(scan.heap))
+	epoch = inflight_trigger_epoch(RelationGetRelid(scan.heap));
+	if (epoch == 0)
 		bound = PG_INT64_MAX;
-	else if (!pgq_inflight_bound(group, &bound, &gen) && gen != 0)
+	else if (!pgq_inflight_bound(group, epoch, &bound, &gen) && gen != 0)
 	{
-		learn_bound(group, gen);
-		(void) pgq_inflight_bound(group, &bound, &gen);
+		learn_bound(group, gen, epoch);
+		(void) pgq_inflight_bound(group, epoch, &bound, &gen);
 	}
 	if (bound != PG_INT64_MAX)
 		bound = Max(bound, pgq_xact_inflight_highest(group->group_id));

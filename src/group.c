@@ -501,7 +501,7 @@ insert_group(text *name, PgqMode mode, text *query, int block_size,
 	pgq_group_ref_from_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
 							 &ref);
 	/* its blocks are written pending: none is in flight */
-	pgq_inflight_none(&ref);
+	pgq_inflight_none(&ref, pgq_block_inflight_epoch());
 	return ref.group_id;
 }
 

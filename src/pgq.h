@@ -260,6 +260,7 @@ extern int	pgq_block_due(const PgqGroupRef *group, TimestampTz now, int max,
 						  PgqDueBlock **due);
 extern bool pgq_block_any_deadline(const PgqGroupRef *group);
 extern void pgq_block_due_abort(void);
+extern uint64 pgq_block_inflight_epoch(void);
 extern bool pgq_block_group_id(int64 block_id, int64 *group_id);
 extern bool pgq_block_delete(int64 group_id, int64 block_id,
 							 const int32 *attempt);
@@ -363,11 +364,11 @@ extern void pgq_due_look_abandoned(const PgqGroupRef *group,
 extern void pgq_due_lower(const PgqGroupRef *group, TimestampTz until);
 extern void pgq_due_forget(Oid dbid, int64 group_id);
 extern bool pgq_group_has_entry(const PgqGroupRef *group);
-extern bool pgq_inflight_bound(const PgqGroupRef *group, int64 *bound,
-							   uint64 *gen);
-extern void pgq_inflight_none(const PgqGroupRef *group);
+extern bool pgq_inflight_bound(const PgqGroupRef *group, uint64 epoch,
+							   int64 *bound, uint64 *gen);
+extern void pgq_inflight_none(const PgqGroupRef *group, uint64 epoch);
 extern void pgq_inflight_found(const PgqGroupRef *group, uint64 gen,
-							   int64 highest);
+							   int64 highest, uint64 epoch);
 extern void pgq_inflight_raise(Oid dbid, int64 group_id, int64 block_id);
 extern int64 pgq_claimed_add(const PgqGroupRef *group, int64 delta);
 extern bool pgq_claimed_get(const PgqGroupRef *group, int64 *claimed);

@@ -36,14 +36,18 @@
  *			is done, for at most PGQ_DUE_TRUST, unless the deadlines were
  *			forgotten since it began (its snapshot may not show why).
  *	inflight_max  no block above it is claimed under a lease or waits for
- *			a retry (state 'c' or 'r'), once inflight_known: a look for due
- *			blocks walks the group's primary key only up to there, since
- *			no index is kept on the deadlines (claims would not be HOT
- *			updates).  The commit of a lease claim raises it, and so does
- *			the commit of SQL that made such blocks (pgq.blocks_inflight(),
- *			a row trigger).  A new entry does not know it: the first look
- *			walks the whole group and sets it, unless the entry was made
- *			again meanwhile (inflight_gen).
+ *			a retry (state 'c' or 'r'), once known: a look for due blocks
+ *			walks the group's primary key only up to there, since no index
+ *			is kept on the deadlines (claims would not be HOT updates).
+ *			The commit of a lease claim raises it, and so does the commit
+ *			of SQL that made such blocks (pgq.blocks_inflight(), a row
+ *			trigger).  A new entry does not know it: the first look walks
+ *			the whole group and sets it, unless the entry was made again
+ *			meanwhile (inflight_gen).  It is known only as long as the
+ *			trigger that was in place when it was learned (inflight_epoch,
+ *			0: not known) is: SQL run while the trigger was missing or
+ *			disabled (a database at 0.1, before ALTER EXTENSION UPDATE)
+ *			raised nothing, and the next look learns the bound again.
  *
  * The hash table holds at most pgq.max_groups entries.  When it is full, the
  * entry of a group without claims in flight makes room; when every entry has
@@ -94,7 +98,7 @@ typedef struct PgqGroupEntry
 	TimestampTz due_looking;	/* when the look under way began; 0: none */
 	uint64		due_looking_gen;	/* due_gen when it began */
 	int64		inflight_max;
-	bool		inflight_known;
+	uint64		inflight_epoch; /* see pgq_inflight_bound(); 0: unknown */
 	uint64		inflight_gen;
 } PgqGroupEntry;
 
@@ -200,7 +204,8 @@ evict_idle_entry(void)
 			bool		idle;
 
 			SpinLockAcquire(&entry->mutex);
-			idle = entry->claimed == 0 && (pass > 0 || !entry->inflight_known);
+			idle = entry->claimed == 0 &&
+				(pass > 0 || entry->inflight_epoch == 0);
 			SpinLockRelease(&entry->mutex);
 			if (idle)
 			{
@@ -272,7 +277,7 @@ entry_lock(const PgqGroupRef *group, bool create)
 		entry->due_lowered = DT_NOEND;
 		entry->due_looking = 0;
 		entry->inflight_max = 0;
-		entry->inflight_known = false;
+		entry->inflight_epoch = 0;
 		entry->inflight_gen = pg_atomic_fetch_add_u64(&pgq_state->gen_seed, 1);
 	}
 
@@ -515,10 +520,13 @@ pgq_group_has_entry(const PgqGroupRef *group)
  * whole group found.  Read it before the walk takes its snapshot: a claim
  * raises the bound once its commit is visible, so a block that the snapshot
  * does not show yet is counted in by then, and pgq_inflight_found() keeps
- * the higher of the two.
+ * the higher of the two.  "epoch" names the version of the trigger that
+ * keeps the bound now (not 0): a bound learned under another one is not
+ * known.
  */
 bool
-pgq_inflight_bound(const PgqGroupRef *group, int64 *bound, uint64 *gen)
+pgq_inflight_bound(const PgqGroupRef *group, uint64 epoch, int64 *bound,
+				   uint64 *gen)
 {
 	PgqGroupEntry *entry = entry_lock(group, true);
 	bool		known = false;
@@ -528,7 +536,7 @@ pgq_inflight_bound(const PgqGroupRef *group, int64 *bound, uint64 *gen)
 	if (entry == NULL)
 		return false;
 	SpinLockAcquire(&entry->mutex);
-	if (entry->inflight_known)
+	if (entry->inflight_epoch == epoch)
 	{
 		*bound = entry->inflight_max;
 		known = true;
@@ -541,18 +549,23 @@ pgq_inflight_bound(const PgqGroupRef *group, int64 *bound, uint64 *gen)
 
 /*
  * A group was just created: it has no block in flight, and its bound is
- * known to be 0.  Its blocks are written pending, by this transaction or a
- * materializer; claims raise the bound as usual.
+ * known to be 0, as long as the trigger of epoch "epoch" keeps it (0: no
+ * trigger does, and the bound stays unknown).  Its blocks are written
+ * pending, by this transaction or a materializer; claims raise the bound as
+ * usual.
  */
 void
-pgq_inflight_none(const PgqGroupRef *group)
+pgq_inflight_none(const PgqGroupRef *group, uint64 epoch)
 {
-	PgqGroupEntry *entry = entry_lock(group, true);
+	PgqGroupEntry *entry;
 
+	if (epoch == 0)
+		return;
+	entry = entry_lock(group, true);
 	if (entry == NULL)
 		return;
 	SpinLockAcquire(&entry->mutex);
-	entry->inflight_known = true;
+	entry->inflight_epoch = epoch;
 	SpinLockRelease(&entry->mutex);
 	LWLockRelease(pgq_state->lock);
 }
@@ -561,10 +574,11 @@ pgq_inflight_none(const PgqGroupRef *group)
  * A walk of the whole group, which read generation "gen" from
  * pgq_inflight_bound() before it began, found no block above "highest"
  * claimed under a lease or waiting for a retry: from now on the bound is
- * known.
+ * known, for as long as the trigger of epoch "epoch" keeps it.
  */
 void
-pgq_inflight_found(const PgqGroupRef *group, uint64 gen, int64 highest)
+pgq_inflight_found(const PgqGroupRef *group, uint64 gen, int64 highest,
+				   uint64 epoch)
 {
 	PgqGroupEntry *entry = entry_lock(group, false);
 
@@ -574,7 +588,7 @@ pgq_inflight_found(const PgqGroupRef *group, uint64 gen, int64 highest)
 	if (entry->inflight_gen == gen)
 	{
 		entry->inflight_max = Max(entry->inflight_max, highest);
-		entry->inflight_known = true;
+		entry->inflight_epoch = epoch;
 	}
 	SpinLockRelease(&entry->mutex);
 	LWLockRelease(pgq_state->lock);
