@@ -979,7 +979,9 @@ wake_returned_groups(int col)
 
 /*
  * Error out unless the caller may consume every queue that the items of ids
- * (a bigint[] Datum) belong to.
+ * (a bigint[] Datum) belong to.  The grants are read as committed last, as
+ * every other privilege decision reads them (lookup_by()), whatever the
+ * transaction's isolation level.
  */
 static void
 check_consume_all(Datum ids)
@@ -988,11 +990,11 @@ check_consume_all(Datum ids)
 	Datum		values[1] = {ids};
 	int			rc;
 
-	rc = SPI_execute_with_args("SELECT group_name, owner, consumers, producers "
-							   "FROM pgq.groups WHERE group_id " OP("=") " ANY (ARRAY("
-							   "SELECT group_id FROM pgq.items "
-							   "WHERE item_id " OP("=") " ANY ($1)))",
-							   1, argtypes, values, NULL, false, 0);
+	rc = pgq_execute_fresh("SELECT group_name, owner, consumers, producers "
+						   "FROM pgq.groups WHERE group_id " OP("=") " ANY (ARRAY("
+						   "SELECT group_id FROM pgq.items "
+						   "WHERE item_id " OP("=") " ANY ($1)))",
+						   1, argtypes, values);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "could not read groups: %s", SPI_result_code_string(rc));
 	for (uint64 i = 0; i < SPI_processed; i++)
