@@ -744,6 +744,7 @@ inflight_trigger_epoch(Oid blocks)
 	static uint64 epoch = 0;
 	static uint64 epoch_generation = 0;
 	static bool epoch_valid = false;
+	uint64		generation;
 	Relation	rel;
 	ScanKeyData keys[2];
 	SysScanDesc scan;
@@ -752,6 +753,8 @@ inflight_trigger_epoch(Oid blocks)
 	if (epoch_valid && epoch_generation == own_rels_generation)
 		return epoch;
 
+	/* an invalidation taken in while pg_trigger is read makes us read again */
+	generation = own_rels_generation;
 	rel = table_open(TriggerRelationId, AccessShareLock);
 	ScanKeyInit(&keys[0], Anum_pg_trigger_tgrelid, BTEqualStrategyNumber,
 				F_OIDEQ, ObjectIdGetDatum(blocks));
@@ -772,7 +775,7 @@ inflight_trigger_epoch(Oid blocks)
 	systable_endscan(scan);
 	table_close(rel, AccessShareLock);
 
-	epoch_generation = own_rels_generation;
+	epoch_generation = generation;
 	epoch_valid = true;
 	return epoch;
 }
