@@ -592,14 +592,15 @@ may_lock_more(int taken)
 
 /*
  * Walk the candidate rows of a scan whose keys are set, and lock up to
- * "limit" of the pending ones.  *last gets the block id of the last
- * candidate looked at, if any.  Returns how many were taken; *stop is set
- * when a limit on locks ends the claim.
+ * "limit" of the pending ones.  "taken" is how many blocks the claim holds
+ * already.  *last gets the block id of the last candidate looked at, if any.
+ * Returns how many were taken; *stop is set when a limit on locks ends the
+ * claim.
  */
 static int
 lock_candidates(const PgqGroup *group, PgqBlockScan *scan, int limit,
-				ClaimedBlock *blocks, MemoryContext cxt, int64 *last,
-				bool *stop)
+				int taken, ClaimedBlock *blocks, MemoryContext cxt,
+				int64 *last, bool *stop)
 {
 	int			n = 0;
 
@@ -615,7 +616,7 @@ lock_candidates(const PgqGroup *group, PgqBlockScan *scan, int limit,
 												&isnull));
 		reserve_held();
 		pgq_xact_reserve(1);
-		if (!may_lock_more(n))
+		if (!may_lock_more(taken + n))
 		{
 			*stop = true;
 			break;
@@ -630,11 +631,12 @@ lock_candidates(const PgqGroup *group, PgqBlockScan *scan, int limit,
 /*
  * Lock up to "limit" pending blocks from block id "from" on, through the
  * primary key: first in a window just wide enough for the claim and the
- * claims racing it, then past it (see claim.c).  *last gets the last
- * candidate looked at (0 if none).
+ * claims racing it, then past it (see claim.c).  "taken" is how many blocks
+ * the claim holds already.  *last gets the last candidate looked at (0 if
+ * none).
  */
 static int
-lock_pending(const PgqGroup *group, int64 from, int limit,
+lock_pending(const PgqGroup *group, int64 from, int limit, int taken,
 			 ClaimedBlock *blocks, MemoryContext cxt, int64 *last)
 {
 	PgqBlockScan scan;
@@ -647,8 +649,8 @@ lock_pending(const PgqGroup *group, int64 from, int limit,
 	{
 		pgq_block_scan_claim_pass(&scan, group->ref.group_id, from, limit,
 								  pass);
-		n += lock_candidates(group, &scan, limit - n, blocks + n, cxt, last,
-							 &stop);
+		n += lock_candidates(group, &scan, limit - n, taken + n, blocks + n,
+							 cxt, last, &stop);
 	}
 	pgq_block_scan_close(&scan);
 	return n;
@@ -727,13 +729,14 @@ pgq_advisory_claim(const PgqGroup *group, int max_blocks,
 	if (n < max_blocks)
 	{
 		(void) pgq_hint_get(&group->ref, &hint, &gen);
-		n += lock_pending(group, hint, max_blocks - n, blocks + n, cxt, &last);
+		n += lock_pending(group, hint, max_blocks - n, n, blocks + n, cxt,
+						  &last);
 		if (last > 0)
 			pgq_hint_advance(&group->ref, gen, last + 1);
 		if (n < max_blocks && hint > 0 && nheld < pgq_max_locks_per_session &&
 			pgq_full_scan_due(&group->ref, pgq_advisory_held_in_group(&group->ref)))
 		{
-			int			below = lock_pending(group, 0, max_blocks - n,
+			int			below = lock_pending(group, 0, max_blocks - n, n,
 											 blocks + n, cxt, &last);
 
 			if (below > 0)
