@@ -848,7 +848,9 @@ pgq_advisory_fail(const PgqGroup *group, int64 block_id, text *error,
 /*
  * Delete registrations whose session is gone (or lost its locks): they stay
  * behind otherwise.  Inside SPI.  Reads pg_locks, so it runs when a worker
- * registers and in maintenance passes, never per claim.
+ * registers and in maintenance passes, never per claim.  Rows another
+ * transaction holds locked are left for the next time: maintenance never
+ * waits for a user's transaction.
  */
 void
 pgq_forget_dead_workers(void)
@@ -862,14 +864,17 @@ pgq_forget_dead_workers(void)
 	values[1] = Int16GetDatum(PGQ_LOCK_KEY_BASE +
 							  PGQ_LOCK_WORKER * PGQ_LOCK_INSTALLATIONS +
 							  installation);
-	rc = SPI_execute_with_args("DELETE FROM pgq.worker_registry w "
+	rc = SPI_execute_with_args("DELETE FROM pgq.worker_registry "
+							   "WHERE worker_id IN (SELECT w.worker_id "
+							   "FROM pgq.worker_registry w "
 							   "WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_locks l "
 							   "WHERE l.locktype " OP("=") " 'advisory' AND l.granted "
 							   "AND l.database " OP("=") " $1 "
 							   "AND l.objsubid " OP("=") " $2 "
 							   "AND l.pid " OP("=") " w.pid "
 							   "AND (l.classid::pg_catalog.int8 " OP("<<") " 32 "
-							   OP("|") " l.objid::pg_catalog.int8) " OP("=") " w.worker_id)",
+							   OP("|") " l.objid::pg_catalog.int8) " OP("=") " w.worker_id) "
+							   "FOR UPDATE OF w SKIP LOCKED)",
 							   2, argtypes, values, NULL, false, 0);
 	if (rc != SPI_OK_DELETE)
 		elog(ERROR, "could not clean up workers: %s", SPI_result_code_string(rc));

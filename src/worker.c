@@ -44,6 +44,7 @@
 #include "tcop/tcopprot.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
+#include "utils/resowner.h"
 #include "utils/snapmgr.h"
 #include "utils/wait_event.h"
 
@@ -326,7 +327,10 @@ fail_dead_materializations(void)
 		if (pgq_materializer_alive(group.group_id))
 			continue;
 
-		/* a writer that just finished changed the state: then this is a no-op */
+		/*
+		 * A writer that just finished changed the state: then this is a
+		 * no-op.  A row that someone holds locked waits for the next pass.
+		 */
 		values[0] = Int64GetDatum(group.group_id);
 		rc = SPI_execute_with_args("UPDATE pgq.groups SET state = 'failed', "
 								   "finished_at = pg_catalog.clock_timestamp(), "
@@ -336,7 +340,10 @@ fail_dead_materializations(void)
 								   " OPERATOR(pg_catalog.||) ' ids; the group holds only part of "
 								   "the query''s ids: drop it and create it again' "
 								   "WHERE group_id " OP("=") " $1 "
-								   "AND state " OP("=") " 'materializing'",
+								   "AND group_id IN (SELECT group_id FROM pgq.groups "
+								   "WHERE group_id " OP("=") " $1 "
+								   "AND state " OP("=") " 'materializing' "
+								   "FOR NO KEY UPDATE SKIP LOCKED)",
 								   1, argtypes, values, NULL, false, 0);
 		if (rc != SPI_OK_UPDATE)
 			elog(ERROR, "could not update group: %s", SPI_result_code_string(rc));
@@ -352,11 +359,95 @@ fail_dead_materializations(void)
 }
 
 /*
+ * Remove one group past retention, with its blocks, unless another
+ * transaction holds its row or one of its blocks locked: then leave it for
+ * the next pass.  A maintenance pass never waits for a lock that a user can
+ * hold (a role that keeps a transaction open after pgq.pause() of its own
+ * group would otherwise hold up every database's maintenance).  Runs the
+ * statements in a subtransaction of its own, with NOWAIT, so that a lock
+ * found taken undoes this group's removal and nothing else.  True if the
+ * group was removed.
+ */
+static bool
+remove_group_nowait(const PgqGroupRef *group)
+{
+	MemoryContext oldcxt = CurrentMemoryContext;
+	ResourceOwner oldowner = CurrentResourceOwner;
+	Oid			argtypes[2] = {INT8OID, INT4OID};
+	Datum		values[2];
+	volatile bool removed = false;
+
+	values[0] = Int64GetDatum(group->group_id);
+	values[1] = Int32GetDatum(pgq_retention);
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(oldcxt);
+	PG_TRY();
+	{
+		int			rc;
+
+		/* still past retention (not resumed, say) once locked */
+		rc = SPI_execute_with_args("SELECT FROM pgq.groups "
+								   "WHERE group_id " OP("=") " $1 "
+								   "AND finished_at " OP("<") " (pg_catalog.now() "
+								   OP("-") " pg_catalog.make_interval(secs => $2)) "
+								   "FOR UPDATE NOWAIT",
+								   2, argtypes, values, NULL, false, 0);
+		if (rc != SPI_OK_SELECT)
+			elog(ERROR, "could not lock group: %s", SPI_result_code_string(rc));
+		if (SPI_processed > 0)
+		{
+			pgq_xact_remember_drop(group);
+			rc = SPI_execute_with_args("SELECT FROM pgq.blocks "
+									   "WHERE group_id " OP("=") " $1 "
+									   "FOR UPDATE NOWAIT",
+									   1, argtypes, values, NULL, false, 0);
+			if (rc != SPI_OK_SELECT)
+				elog(ERROR, "could not lock blocks: %s",
+					 SPI_result_code_string(rc));
+			rc = SPI_execute_with_args("DELETE FROM pgq.blocks "
+									   "WHERE group_id " OP("=") " $1",
+									   1, argtypes, values, NULL, false, 0);
+			if (rc != SPI_OK_DELETE)
+				elog(ERROR, "could not delete blocks: %s",
+					 SPI_result_code_string(rc));
+			rc = SPI_execute_with_args("DELETE FROM pgq.groups "
+									   "WHERE group_id " OP("=") " $1",
+									   1, argtypes, values, NULL, false, 0);
+			if (rc != SPI_OK_DELETE)
+				elog(ERROR, "could not delete group: %s",
+					 SPI_result_code_string(rc));
+			removed = SPI_processed > 0;
+		}
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcxt);
+		CurrentResourceOwner = oldowner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(oldcxt);
+		edata = CopyErrorData();
+		if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
+			PG_RE_THROW();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcxt);
+		CurrentResourceOwner = oldowner;
+		FreeErrorData(edata);
+	}
+	PG_END_TRY();
+	return removed;
+}
+
+/*
  * Note when drained groups became drained, and remove drained and failed
  * groups, with their blocks, once pgq.retention has passed since.  A group
  * counts as drained when no block of it is left, not even a dead-lettered
  * one: those wait for a person.  A removed group's name is free again.
  * Queues are not removed; their done and dead items are, with their keys.
+ * Rows that another transaction holds locked are skipped, and looked at
+ * again by the next pass: a pass never waits for a user's transaction.
  */
 static void
 apply_retention(void)
@@ -364,13 +455,18 @@ apply_retention(void)
 	Oid			argtypes[1] = {INT4OID};
 	Datum		values[1];
 	int			rc;
+	uint64		ngroups;
+	uint64		nremoved = 0;
+	SPITupleTable *groups;
 
-	rc = SPI_execute("UPDATE pgq.groups g "
+	rc = SPI_execute("UPDATE pgq.groups "
 					 "SET finished_at = pg_catalog.clock_timestamp() "
+					 "WHERE group_id IN (SELECT g.group_id FROM pgq.groups g "
 					 "WHERE g.kind " OP("=") " 'query' "
 					 "AND g.state " OP("=") " 'ready' AND g.finished_at IS NULL "
 					 "AND NOT EXISTS (SELECT FROM pgq.blocks b "
-					 "WHERE b.group_id " OP("=") " g.group_id)",
+					 "WHERE b.group_id " OP("=") " g.group_id) "
+					 "FOR NO KEY UPDATE OF g SKIP LOCKED)",
 					 false, 0);
 	if (rc != SPI_OK_UPDATE)
 		elog(ERROR, "could not update groups: %s", SPI_result_code_string(rc));
@@ -380,9 +476,12 @@ apply_retention(void)
 	/* queues stay; their finished items go */
 	values[0] = Int32GetDatum(pgq_retention);
 	rc = SPI_execute_with_args("DELETE FROM pgq.items "
+							   "WHERE ctid " OP("=") " ANY (ARRAY("
+							   "SELECT ctid FROM pgq.items "
 							   "WHERE state " OP("=") " ANY ('{d,f}'::pg_catalog.\"char\"[]) "
 							   "AND finished_at " OP("<") " (pg_catalog.now() "
-							   OP("-") " pg_catalog.make_interval(secs => $1))",
+							   OP("-") " pg_catalog.make_interval(secs => $1)) "
+							   "FOR UPDATE SKIP LOCKED))",
 							   1, argtypes, values, NULL, false, 0);
 	if (rc != SPI_OK_DELETE)
 		elog(ERROR, "could not delete items: %s", SPI_result_code_string(rc));
@@ -391,41 +490,29 @@ apply_retention(void)
 				(errmsg("pgq: removed " UINT64_FORMAT " finished items past pgq.retention",
 						SPI_processed)));
 
-	rc = SPI_execute_with_args("DELETE FROM pgq.groups "
+	rc = SPI_execute_with_args("SELECT group_id, created_at FROM pgq.groups "
 							   "WHERE finished_at " OP("<") " (pg_catalog.now() "
-							   OP("-") " pg_catalog.make_interval(secs => $1)) "
-							   "RETURNING group_id, created_at",
+							   OP("-") " pg_catalog.make_interval(secs => $1))",
 							   1, argtypes, values, NULL, false, 0);
-	if (rc != SPI_OK_DELETE_RETURNING)
-		elog(ERROR, "could not delete groups: %s", SPI_result_code_string(rc));
-	if (SPI_processed == 0)
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "could not read groups: %s", SPI_result_code_string(rc));
+	ngroups = SPI_processed;
+	groups = SPI_tuptable;
+	for (uint64 i = 0; i < ngroups; i++)
+	{
+		PgqGroupRef group;
+
+		CHECK_FOR_INTERRUPTS();
+		pgq_group_ref_from_tuple(groups->vals[i], groups->tupdesc, 1, &group);
+		if (remove_group_nowait(&group))
+			nremoved++;
+	}
+	if (nremoved == 0)
 		return;
 	ereport(LOG,
 			(errmsg("pgq: removed " UINT64_FORMAT " finished groups past pgq.retention",
-					SPI_processed)));
+					nremoved)));
 	pgq_invalidate_groups();
-	{
-		uint64		ngroups = SPI_processed;
-		SPITupleTable *groups = SPI_tuptable;
-
-		for (uint64 i = 0; i < ngroups; i++)
-		{
-			PgqGroupRef group;
-
-			CHECK_FOR_INTERRUPTS();
-			pgq_group_ref_from_tuple(groups->vals[i], groups->tupdesc, 1,
-									 &group);
-			pgq_xact_remember_drop(&group);
-			values[0] = Int64GetDatum(group.group_id);
-			rc = SPI_execute_with_args("DELETE FROM pgq.blocks "
-									   "WHERE group_id " OP("=") " $1",
-									   1, (Oid[]) {INT8OID}, values, NULL,
-									   false, 0);
-			if (rc != SPI_OK_DELETE)
-				elog(ERROR, "could not delete blocks: %s",
-					 SPI_result_code_string(rc));
-		}
-	}
 }
 
 /* Wake the launcher at commit, or forget it at abort. */
