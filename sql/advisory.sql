@@ -167,10 +167,10 @@ SELECT pgq.create_group('at', 'SELECT 1', 1);
 SELECT pgq.relock(array_agg(block_id), :w3) FROM pgq.blocks
 WHERE group_id IN (SELECT group_id FROM pgq.groups WHERE group_name IN ('al', 'at'));
 
--- the per-session cap: a claim returns the blocks it could take; with none
--- taken, it is an error
+-- the per-session cap, counting the worker's placeholder: a claim returns the
+-- blocks it could take; with none taken, it is an error
 SELECT pgq.release(:b0 + 4, worker_id => :w3), pgq.release(:b0 + 5, worker_id => :w3);
-SET pgq.max_locks_per_session = 2;
+SET pgq.max_locks_per_session = 3;
 SELECT block_id - :b0 AS rel, attempt FROM pgq.claim('a', 5, worker_id => :w3);
 SELECT block_id - :b0 AS rel, attempt FROM pgq.claim('a', worker_id => :w3);
 SELECT blocks_held FROM pgq.workers WHERE worker_id = :w3;

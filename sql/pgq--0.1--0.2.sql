@@ -220,3 +220,9 @@ CROSS JOIN (SELECT oid,
                            WHERE e.extname = 'pgq') AS key
             FROM pg_catalog.pg_database
             WHERE datname = pg_catalog.current_database()) d;
+
+-- pgq.register_worker() clears out the registrations of its own process id
+-- that its session does not hold (left by a session that is gone), through
+-- this index, instead of reading pg_locks, whose cost grows with every lock
+-- of the cluster; maintenance passes clear out the rest.
+CREATE INDEX worker_registry_pid_idx ON pgq.worker_registry (pid);

@@ -20,9 +20,10 @@
  * it registers again and takes its blocks back with pgq.relock().
  *
  * The lock table is shared by the whole cluster, and running out of it makes
- * unrelated work fail.  pgq bounds the block locks one session may hold
- * (pgq.max_locks_per_session) and, when preloaded, the block locks of all
- * sessions (pgq.max_locks), and refuses a claim before either is passed.
+ * unrelated work fail.  pgq bounds the locks one session may hold, blocks
+ * and placeholders together (pgq.max_locks_per_session) and, when preloaded,
+ * the locks of all sessions (pgq.max_locks), and refuses a claim or a
+ * registration before either is passed.
  *
  *-------------------------------------------------------------------------
  */
@@ -83,16 +84,23 @@ static int	nheld = 0;
 static int	maxheld = 0;
 static bool exit_callback_registered = false;
 
-/* A worker this session registered, whose placeholder it may still hold. */
+/*
+ * A worker this session registered, whose placeholder lock it may still
+ * hold; the lock is counted against the limits.  Until the registering
+ * transaction commits, "subid" is the subtransaction that took it: should
+ * that abort, the registry row is gone and so must the lock be.
+ */
 typedef struct OwnWorker
 {
 	int64		worker_id;
-	uint16		installation;
+	uint16		installation;	/* of the lock's tag */
+	SubTransactionId subid;		/* InvalidSubTransactionId once committed */
 } OwnWorker;
 
 static OwnWorker *own_workers = NULL;	/* in TopMemoryContext */
 static int	nown_workers = 0;
 static int	maxown_workers = 0;
+static bool own_worker_callbacks_registered = false;
 
 /*
  * The installation of the extension that this session's locks belong to:
@@ -114,14 +122,14 @@ void
 pgq_advisory_init(void)
 {
 	DefineCustomIntVariable("pgq.max_locks_per_session",
-							"Most advisory-mode blocks one session may hold.",
+							"Most advisory locks one session may hold: advisory-mode blocks and worker registrations.",
 							NULL,
 							&pgq_max_locks_per_session,
 							256, 1, 1000000,
 							PGC_SUSET, 0,
 							NULL, NULL, NULL);
 	DefineCustomIntVariable("pgq.max_locks",
-							"Most advisory-mode blocks all sessions together may hold.",
+							"Most advisory locks all sessions together may hold: advisory-mode blocks and worker registrations.",
 							"-1 means half of the lock table: max_locks_per_transaction * (max_connections + max_prepared_transactions + worker processes) / 2.  Applies only when pgq is preloaded.",
 							&pgq_max_locks,
 							-1, -1, INT_MAX,
@@ -167,17 +175,12 @@ lock_held(int64 id, uint16 kind, uint16 inst)
 }
 
 /*
- * Try to lock without waiting.  False if another session holds the lock, or
- * if this one already does: a session lock is re-entrant, and a block held
- * twice would be processed twice.
- */
-/*
- * LockAcquire() without waiting.  It fails when the lock table is full; a
- * block lock was counted against pgq.max_locks already, so give the count
- * back before the error goes on.
+ * LockAcquire() without waiting.  It fails when the lock table is full; the
+ * lock was counted against pgq.max_locks already, so give the count back
+ * before the error goes on.
  */
 static LockAcquireResult
-acquire_counted(const LOCKTAG *tag, uint16 kind)
+acquire_counted(const LOCKTAG *tag)
 {
 	LockAcquireResult result = LOCKACQUIRE_NOT_AVAIL;
 
@@ -187,21 +190,25 @@ acquire_counted(const LOCKTAG *tag, uint16 kind)
 	}
 	PG_CATCH();
 	{
-		if (kind == PGQ_LOCK_BLOCK)
-			pgq_advisory_locks_give();
+		pgq_advisory_locks_give();
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
 	return result;
 }
 
+/*
+ * Try to lock without waiting.  False if another session holds the lock, or
+ * if this one already does: a session lock is re-entrant, and a block held
+ * twice would be processed twice.
+ */
 static bool
 try_lock(int64 id, uint16 kind)
 {
 	LOCKTAG		tag;
 
 	set_tag(&tag, id, kind, installation);
-	switch (acquire_counted(&tag, kind))
+	switch (acquire_counted(&tag))
 	{
 		case LOCKACQUIRE_OK:
 			return true;
@@ -276,6 +283,21 @@ forget_held(int i, bool back)
 }
 
 /*
+ * Forget own_workers[i]: unlock its placeholder if the lock is still there
+ * and uncount it.  Allocates nothing and cannot fail.
+ */
+static void
+forget_own_worker(int i)
+{
+	OwnWorker	worker = own_workers[i];
+
+	if (lock_held(worker.worker_id, PGQ_LOCK_WORKER, worker.installation))
+		unlock(worker.worker_id, PGQ_LOCK_WORKER, worker.installation);
+	own_workers[i] = own_workers[--nown_workers];
+	pgq_advisory_locks_give();
+}
+
+/*
  * At backend exit, give every block back before the lock manager does: the
  * lock manager would release the locks only late in the exit, and nobody
  * would lower the groups' hints or counts.
@@ -285,6 +307,19 @@ release_all_at_exit(int code, Datum arg)
 {
 	while (nheld > 0)
 		forget_held(nheld - 1, true);
+	while (nown_workers > 0)
+		forget_own_worker(nown_workers - 1);
+}
+
+/* Be ready to give this session's locks back at exit. */
+static void
+register_exit_callback(void)
+{
+	if (!exit_callback_registered)
+	{
+		before_shmem_exit(release_all_at_exit, (Datum) 0);
+		exit_callback_registered = true;
+	}
 }
 
 /*
@@ -295,11 +330,7 @@ release_all_at_exit(int code, Datum arg)
 static void
 reserve_held(void)
 {
-	if (!exit_callback_registered)
-	{
-		before_shmem_exit(release_all_at_exit, (Datum) 0);
-		exit_callback_registered = true;
-	}
+	register_exit_callback();
 	if (nheld >= maxheld)
 	{
 		int			newmax = Max(16, maxheld * 2);
@@ -326,8 +357,9 @@ remember_held(const PgqGroupRef *group, int64 block_id)
 }
 
 /*
- * Forget held blocks whose lock vanished without pgq knowing:
- * pg_advisory_unlock_all() and DISCARD ALL release every advisory lock.
+ * Forget held blocks and placeholders whose lock vanished without pgq
+ * knowing: pg_advisory_unlock_all() and DISCARD ALL release every advisory
+ * lock.
  */
 static void
 forget_lost_locks(void)
@@ -337,31 +369,11 @@ forget_lost_locks(void)
 		if (!lock_held(held[i].block_id, PGQ_LOCK_BLOCK, held[i].installation))
 			forget_held(i, true);
 	}
-}
-
-/*
- * Make room to remember one more registered worker, before its lock is
- * taken; workers whose placeholder is gone are forgotten first.
- */
-static void
-reserve_worker(void)
-{
 	for (int i = nown_workers - 1; i >= 0; i--)
 	{
 		if (!lock_held(own_workers[i].worker_id, PGQ_LOCK_WORKER,
 					   own_workers[i].installation))
-			own_workers[i] = own_workers[--nown_workers];
-	}
-	if (nown_workers >= maxown_workers)
-	{
-		int			newmax = Max(4, maxown_workers * 2);
-
-		if (own_workers == NULL)
-			own_workers = MemoryContextAlloc(TopMemoryContext,
-											 newmax * sizeof(OwnWorker));
-		else
-			own_workers = repalloc(own_workers, newmax * sizeof(OwnWorker));
-		maxown_workers = newmax;
+			forget_own_worker(i);
 	}
 }
 
@@ -385,13 +397,8 @@ check_installation(void)
 	installation_blocks = blocks;
 	while (nheld > 0)
 		forget_held(nheld - 1, false);
-	for (; nown_workers > 0; nown_workers--)
-	{
-		OwnWorker  *worker = &own_workers[nown_workers - 1];
-
-		if (lock_held(worker->worker_id, PGQ_LOCK_WORKER, worker->installation))
-			unlock(worker->worker_id, PGQ_LOCK_WORKER, worker->installation);
-	}
+	while (nown_workers > 0)
+		forget_own_worker(nown_workers - 1);
 }
 
 /*
@@ -565,18 +572,28 @@ take_block(const PgqGroup *group, int64 block_id, PgqBlockScan *found,
 }
 
 /*
- * Check both limits before taking one more block lock.  With nothing taken
+ * Count one more advisory lock against the limits.  NULL if it fits (and is
+ * counted); otherwise the name of the setting whose limit it would pass.
+ */
+static const char *
+take_lock_budget(void)
+{
+	if (nheld + nown_workers >= pgq_max_locks_per_session)
+		return "pgq.max_locks_per_session";
+	if (!pgq_advisory_locks_take(cluster_lock_limit()))
+		return "pgq.max_locks";
+	return NULL;
+}
+
+/*
+ * Check the limits before taking one more block lock.  With nothing taken
  * yet, passing a limit is an error; otherwise the claim returns what it has.
  */
 static bool
 may_lock_more(int taken)
 {
-	const char *setting = NULL;
+	const char *setting = take_lock_budget();
 
-	if (nheld >= pgq_max_locks_per_session)
-		setting = "pgq.max_locks_per_session";
-	else if (!pgq_advisory_locks_take(cluster_lock_limit()))
-		setting = "pgq.max_locks";
 	if (setting == NULL)
 		return true;
 	if (taken > 0)
@@ -584,8 +601,9 @@ may_lock_more(int taken)
 	ereport(ERROR,
 			(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
 			 errmsg("cannot claim another advisory-mode block"),
-			 errdetail("The limit set by %s is reached; this session holds %d advisory-mode blocks.",
-					   setting, nheld),
+			 errdetail_plural("The limit set by %s is reached; this session holds %d advisory lock (blocks and worker registrations).",
+					   "The limit set by %s is reached; this session holds %d advisory locks (blocks and worker registrations).",
+					   nheld + nown_workers, setting, nheld + nown_workers),
 			 errhint("Complete or release blocks first, or raise %s.", setting)));
 	pg_unreachable();
 }
@@ -847,8 +865,8 @@ pgq_advisory_fail(const PgqGroup *group, int64 block_id, text *error,
 
 /*
  * Delete registrations whose session is gone (or lost its locks): they stay
- * behind otherwise.  Inside SPI.  Reads pg_locks, so it runs when a worker
- * registers and in maintenance passes, never per claim.  Rows another
+ * behind otherwise.  Inside SPI.  Reads pg_locks, whose cost grows with the
+ * whole cluster's locks, so only maintenance passes run it.  Rows another
  * transaction holds locked are left for the next time: maintenance never
  * waits for a user's transaction.
  */
@@ -881,11 +899,120 @@ pgq_forget_dead_workers(void)
 }
 
 /*
+ * Delete the registrations of this backend's process id whose placeholder
+ * this session does not hold: those of a session that is gone and had the
+ * same process id, and this session's own that pg_advisory_unlock_all() or
+ * DISCARD ALL let go of.  Inside SPI.  Maintenance passes clear out the
+ * rest; this bounds what is left behind without them.
+ */
+static void
+forget_own_dead_workers(void)
+{
+	Oid			argtypes[2] = {INT4OID, INT8ARRAYOID};
+	Datum		values[2];
+	Datum	   *ids;
+	int			rc;
+
+	forget_lost_locks();
+	ids = palloc(Max(nown_workers, 1) * sizeof(Datum));
+	for (int i = 0; i < nown_workers; i++)
+		ids[i] = Int64GetDatum(own_workers[i].worker_id);
+	values[0] = Int32GetDatum(MyProcPid);
+	values[1] = PointerGetDatum(construct_array(ids, nown_workers, INT8OID,
+												8, FLOAT8PASSBYVAL,
+												TYPALIGN_DOUBLE));
+	rc = SPI_execute_with_args("DELETE FROM pgq.worker_registry "
+							   "WHERE pid " OP("=") " $1 "
+							   "AND worker_id " OP("<>") " ALL ($2)",
+							   2, argtypes, values, NULL, false, 0);
+	if (rc != SPI_OK_DELETE)
+		elog(ERROR, "could not clean up workers: %s", SPI_result_code_string(rc));
+	pfree(ids);
+}
+
+/*
+ * At the end of the top-level transaction: the workers it registered stay
+ * with the session if it committed, and go if it aborted.  Allocates nothing
+ * and cannot fail.
+ */
+static void
+own_worker_xact_callback(XactEvent event, void *arg)
+{
+	for (int i = nown_workers - 1; i >= 0; i--)
+	{
+		if (own_workers[i].subid == InvalidSubTransactionId)
+			continue;
+		switch (event)
+		{
+			case XACT_EVENT_COMMIT:
+			case XACT_EVENT_PARALLEL_COMMIT:
+			case XACT_EVENT_PREPARE:
+				own_workers[i].subid = InvalidSubTransactionId;
+				break;
+			case XACT_EVENT_ABORT:
+			case XACT_EVENT_PARALLEL_ABORT:
+				forget_own_worker(i);
+				break;
+			default:
+				break;
+		}
+	}
+}
+
+/*
+ * At the end of a subtransaction: the workers it registered go to the
+ * parent on commit, and away on abort.
+ */
+static void
+own_worker_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+							SubTransactionId parentSubid, void *arg)
+{
+	for (int i = nown_workers - 1; i >= 0; i--)
+	{
+		if (own_workers[i].subid != mySubid)
+			continue;
+		if (event == SUBXACT_EVENT_COMMIT_SUB)
+			own_workers[i].subid = parentSubid;
+		else if (event == SUBXACT_EVENT_ABORT_SUB)
+			forget_own_worker(i);
+	}
+}
+
+/*
+ * Make room to remember one more registered worker, before its placeholder
+ * lock is taken: nothing may fail between taking a lock and remembering it.
+ */
+static void
+reserve_worker(void)
+{
+	register_exit_callback();
+	if (!own_worker_callbacks_registered)
+	{
+		RegisterXactCallback(own_worker_xact_callback, NULL);
+		RegisterSubXactCallback(own_worker_subxact_callback, NULL);
+		own_worker_callbacks_registered = true;
+	}
+	if (nown_workers >= maxown_workers)
+	{
+		int			newmax = Max(4, maxown_workers * 2);
+
+		if (own_workers == NULL)
+			own_workers = MemoryContextAlloc(TopMemoryContext,
+											 newmax * sizeof(OwnWorker));
+		else
+			own_workers = repalloc(own_workers, newmax * sizeof(OwnWorker));
+		maxown_workers = newmax;
+	}
+}
+
+/*
  * pgq.register_worker(worker_name) -> bigint
  *
  * Register this session as an advisory-mode worker, and take the worker's
- * placeholder lock.  The id comes from a logged sequence: ids never repeat,
- * not even across a crash.
+ * placeholder lock, counted against the limits on advisory locks as a
+ * block's lock is.  The id comes from a logged sequence: ids never repeat,
+ * not even across a crash.  Costs the same however many locks the cluster
+ * holds: it does not read pg_locks.
  */
 Datum
 pgq_register_worker(PG_FUNCTION_ARGS)
@@ -897,6 +1024,7 @@ pgq_register_worker(PG_FUNCTION_ARGS)
 	bool		isnull;
 	int			rc;
 	PgqScope	scope;
+	const char *setting;
 
 	pgq_check_not_in_recovery("register a worker");
 	values[1] = Int32GetDatum(MyProcPid);
@@ -904,7 +1032,8 @@ pgq_register_worker(PG_FUNCTION_ARGS)
 	pgq_enter(&scope);
 	SPI_connect();
 
-	pgq_forget_dead_workers();
+	check_installation();
+	forget_own_dead_workers();
 
 	if (PG_ARGISNULL(0))
 		nulls[0] = 'n';
@@ -922,12 +1051,29 @@ pgq_register_worker(PG_FUNCTION_ARGS)
 	SPI_finish();
 	pgq_leave(&scope);
 
-	/* remembered, to be let go should the extension be created again */
+	/*
+	 * remembered, to be let go on rollback or should the extension be
+	 * created again
+	 */
 	reserve_worker();
+	setting = take_lock_budget();
+	if (setting != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("cannot register another advisory-mode worker"),
+				 errdetail_plural("The limit set by %s is reached; this session holds %d advisory lock (blocks and worker registrations).",
+						   "The limit set by %s is reached; this session holds %d advisory locks (blocks and worker registrations).",
+						   nheld + nown_workers, setting, nheld + nown_workers),
+				 errhint("A worker's placeholder lock counts against the limits on advisory locks until its session ends.  Register once per session, or raise %s.",
+						 setting)));
 	if (!try_lock(worker_id, PGQ_LOCK_WORKER))
+	{
+		pgq_advisory_locks_give();
 		elog(ERROR, "could not lock new worker " INT64_FORMAT, worker_id);
+	}
 	own_workers[nown_workers].worker_id = worker_id;
 	own_workers[nown_workers].installation = installation;
+	own_workers[nown_workers].subid = GetCurrentSubTransactionId();
 	nown_workers++;
 	PG_RETURN_INT64(worker_id);
 }
