@@ -22,8 +22,9 @@
  * The lock table is shared by the whole cluster, and running out of it makes
  * unrelated work fail.  pgq bounds the locks one session may hold, blocks
  * and placeholders together (pgq.max_locks_per_session) and, when preloaded,
- * the locks of all sessions (pgq.max_locks), and refuses a claim or a
- * registration before either is passed.
+ * the locks of all sessions (pgq.max_locks) and of all sessions of one role
+ * (pgq.max_locks_per_role, so that one role cannot take them all), and
+ * refuses a claim or a registration before any of them is passed.
  *
  *-------------------------------------------------------------------------
  */
@@ -77,6 +78,7 @@ typedef struct HeldBlock
 	int64		block_id;
 	PgqGroupRef group;
 	uint16		installation;	/* of the lock's tag */
+	Oid			role;			/* its lock is counted for this role */
 } HeldBlock;
 
 static HeldBlock *held = NULL;	/* in TopMemoryContext */
@@ -95,6 +97,7 @@ typedef struct OwnWorker
 	int64		worker_id;
 	uint16		installation;	/* of the lock's tag */
 	SubTransactionId subid;		/* InvalidSubTransactionId once committed */
+	Oid			role;			/* its lock is counted for this role */
 } OwnWorker;
 
 static OwnWorker *own_workers = NULL;	/* in TopMemoryContext */
@@ -112,6 +115,10 @@ static uint16 installation = 0;
 
 static int	pgq_max_locks_per_session = 256;
 static int	pgq_max_locks = -1;
+static int	pgq_max_locks_per_role = -1;
+
+/* The role the last lock budget taken was counted for. */
+static Oid	budget_role = InvalidOid;
 
 PG_FUNCTION_INFO_V1(pgq_register_worker);
 PG_FUNCTION_INFO_V1(pgq_check_worker);
@@ -135,6 +142,13 @@ pgq_advisory_init(void)
 							-1, -1, INT_MAX,
 							PGC_SIGHUP, 0,
 							NULL, NULL, NULL);
+	DefineCustomIntVariable("pgq.max_locks_per_role",
+							"Most advisory locks the sessions of one role together may hold: advisory-mode blocks and worker registrations.",
+							"-1 means half of pgq.max_locks.  Counted for the role that calls pgq.  Applies only when pgq is preloaded.",
+							&pgq_max_locks_per_role,
+							-1, -1, INT_MAX,
+							PGC_SUSET, 0,
+							NULL, NULL, NULL);
 }
 
 /* The cluster-wide limit in force. */
@@ -146,6 +160,15 @@ cluster_lock_limit(void)
 	return (int) Min((int64) INT_MAX,
 					 (int64) max_locks_per_xact *
 					 (MaxBackends + max_prepared_xacts) / 2);
+}
+
+/* The per-role limit in force. */
+static int
+role_lock_limit(void)
+{
+	if (pgq_max_locks_per_role >= 0)
+		return pgq_max_locks_per_role;
+	return Max(cluster_lock_limit() / 2, 1);
 }
 
 /*
@@ -190,7 +213,7 @@ acquire_counted(const LOCKTAG *tag)
 	}
 	PG_CATCH();
 	{
-		pgq_advisory_locks_give();
+		pgq_advisory_locks_give(budget_role);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
@@ -272,7 +295,7 @@ forget_held(int i, bool back)
 	if (lock_held(block.block_id, PGQ_LOCK_BLOCK, block.installation))
 		unlock(block.block_id, PGQ_LOCK_BLOCK, block.installation);
 	held[i] = held[--nheld];
-	pgq_advisory_locks_give();
+	pgq_advisory_locks_give(block.role);
 
 	/* the hint after the unlock, the claimed count after the hint */
 	if (back)
@@ -294,7 +317,7 @@ forget_own_worker(int i)
 	if (lock_held(worker.worker_id, PGQ_LOCK_WORKER, worker.installation))
 		unlock(worker.worker_id, PGQ_LOCK_WORKER, worker.installation);
 	own_workers[i] = own_workers[--nown_workers];
-	pgq_advisory_locks_give();
+	pgq_advisory_locks_give(worker.role);
 }
 
 /*
@@ -352,6 +375,7 @@ remember_held(const PgqGroupRef *group, int64 block_id)
 	held[nheld].block_id = block_id;
 	held[nheld].group = *group;
 	held[nheld].installation = installation;
+	held[nheld].role = budget_role;
 	nheld++;
 	pgq_claimed_add(group, 1);
 }
@@ -555,7 +579,7 @@ take_block(const PgqGroup *group, int64 block_id, PgqBlockScan *found,
 {
 	if (!try_lock(block_id, PGQ_LOCK_BLOCK))
 	{
-		pgq_advisory_locks_give();
+		pgq_advisory_locks_give(budget_role);
 		return false;
 	}
 
@@ -580,9 +604,18 @@ take_lock_budget(void)
 {
 	if (nheld + nown_workers >= pgq_max_locks_per_session)
 		return "pgq.max_locks_per_session";
-	if (!pgq_advisory_locks_take(cluster_lock_limit()))
-		return "pgq.max_locks";
-	return NULL;
+	budget_role = OidIsValid(pgq_caller) ? pgq_caller : GetUserId();
+	switch (pgq_advisory_locks_take(cluster_lock_limit(), budget_role,
+									role_lock_limit()))
+	{
+		case PGQ_LOCKS_OK:
+			return NULL;
+		case PGQ_LOCKS_CLUSTER:
+			return "pgq.max_locks";
+		case PGQ_LOCKS_ROLE:
+			return "pgq.max_locks_per_role";
+	}
+	pg_unreachable();
 }
 
 /*
@@ -1068,12 +1101,13 @@ pgq_register_worker(PG_FUNCTION_ARGS)
 						 setting)));
 	if (!try_lock(worker_id, PGQ_LOCK_WORKER))
 	{
-		pgq_advisory_locks_give();
+		pgq_advisory_locks_give(budget_role);
 		elog(ERROR, "could not lock new worker " INT64_FORMAT, worker_id);
 	}
 	own_workers[nown_workers].worker_id = worker_id;
 	own_workers[nown_workers].installation = installation;
 	own_workers[nown_workers].subid = GetCurrentSubTransactionId();
+	own_workers[nown_workers].role = budget_role;
 	nown_workers++;
 	PG_RETURN_INT64(worker_id);
 }

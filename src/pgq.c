@@ -48,7 +48,7 @@ pgq_shmem_request(void)
 		prev_shmem_request_hook();
 #endif
 	RequestAddinShmemSpace(add_size(pgq_shmem_size(), pgq_wait_shmem_size()));
-	RequestNamedLWLockTranche("pgq", 1);
+	RequestNamedLWLockTranche("pgq", 2);
 }
 
 /* Create or attach to pgq's shared memory (PostgreSQL calls this once). */
@@ -82,6 +82,14 @@ _PG_init(void)
 								&pgq_max_groups,
 								1024, 16, 1000000,
 								PGC_POSTMASTER,
+								0,
+								NULL, NULL, NULL);
+		DefineCustomIntVariable("pgq.max_groups_per_role",
+								"Most of pgq.max_groups' entries that one role's calls may hold.",
+								"-1 means half of pgq.max_groups.  A role past it reuses its own idle entries; its other groups go without one.",
+								&pgq_max_groups_per_role,
+								-1, -1, 1000000,
+								PGC_SUSET,
 								0,
 								NULL, NULL, NULL);
 

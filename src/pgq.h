@@ -378,8 +378,19 @@ extern bool pgq_full_scan_due(const PgqGroupRef *group, int64 own);
 struct Latch;
 extern void pgq_launcher_latch_set(struct Latch *latch);
 extern bool pgq_launcher_wake(void);
-extern bool pgq_advisory_locks_take(int limit);
-extern void pgq_advisory_locks_give(void);
+extern int	pgq_max_groups_per_role;
+
+/* Which limit on advisory locks a lock would pass (shmem.c). */
+typedef enum PgqLockLimit
+{
+	PGQ_LOCKS_OK,
+	PGQ_LOCKS_CLUSTER,			/* pgq.max_locks */
+	PGQ_LOCKS_ROLE				/* pgq.max_locks_per_role */
+} PgqLockLimit;
+
+extern PgqLockLimit pgq_advisory_locks_take(int limit, Oid role,
+											int role_limit);
+extern void pgq_advisory_locks_give(Oid role);
 
 /* xact.c: claims held by the current transaction */
 extern void pgq_xact_init(void);

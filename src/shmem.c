@@ -53,7 +53,15 @@
  * entry of a group without claims in flight makes room; when every entry has
  * claims in flight, the new group is claimed from the start of its index and
  * claimed counts of groups without an entry become unknown (NULL) until the
- * next restart.  Nothing is ever wrong, only slower.
+ * claims that could not be counted end (uncounted).  Nothing is ever wrong,
+ * only slower.  So that one role cannot take the table, each entry is
+ * charged to the role whose call made it, and a role holds at most
+ * pgq.max_groups_per_role entries: past that, its new entry takes the place
+ * of one of its own idle entries, or its group goes without one.
+ *
+ * The advisory locks that pgq counts (pgq.max_locks) are also counted per
+ * role (pgq.max_locks_per_role), in a second table keyed by role, which
+ * holds the entries charged to each role as well.
  *
  * The entries vanish with shared memory on a crash restart, which is exactly
  * right: every claim of a transaction-mode group died with its backend.
@@ -73,7 +81,7 @@
 
 #include "pgq.h"
 
-#define PGQ_SHMEM_VERSION	3
+#define PGQ_SHMEM_VERSION	4
 
 typedef struct PgqGroupKey
 {
@@ -85,6 +93,7 @@ typedef struct PgqGroupEntry
 {
 	PgqGroupKey key;			/* hash key: must be first */
 	TimestampTz created_at;		/* which incarnation of the group id */
+	Oid			role;			/* charged with the entry; fixed */
 	slock_t		mutex;			/* protects the fields below */
 	int64		hint;
 	uint64		gen;
@@ -111,12 +120,21 @@ typedef struct PgqGroupEntry
  */
 #define PGQ_DUE_TRUST	(1000 * 1000)	/* microseconds */
 
+/* What a role holds of the shared resources (see the file header). */
+typedef struct PgqRoleEntry
+{
+	Oid			role;			/* hash key */
+	int32		locks;			/* advisory locks counted for it */
+	int32		entries;		/* group entries charged to it */
+} PgqRoleEntry;
+
 typedef struct PgqSharedState
 {
 	int			version;
 	LWLock	   *lock;			/* protects the hash table's structure */
-	bool		overflowed;		/* some group could not get an entry */
-	pg_atomic_uint32 advisory_locks;	/* block locks held by all sessions */
+	LWLock	   *role_lock;		/* protects the table of roles */
+	pg_atomic_uint64 uncounted; /* claims in flight that no entry counts */
+	pg_atomic_uint32 advisory_locks;	/* advisory locks held by all sessions */
 	pg_atomic_uint64 gen_seed;	/* generations, unique across entries, so
 								 * that a claim that read an evicted entry
 								 * cannot match a new one */
@@ -126,13 +144,24 @@ typedef struct PgqSharedState
 
 static PgqSharedState *pgq_state = NULL;
 static HTAB *pgq_groups = NULL;
+static HTAB *pgq_roles = NULL;
+
+int			pgq_max_groups_per_role = -1;
+
+/*
+ * Roles that may hold locks or entries at once: each session has one current
+ * role at a time, and may have switched roles while it held some.
+ */
+#define PGQ_ROLE_SLOTS	(2 * (MaxConnections + max_worker_processes) + 64)
 
 /* Size of the shared state, for the shmem request. */
 Size
 pgq_shmem_size(void)
 {
-	return add_size(MAXALIGN(sizeof(PgqSharedState)),
-					hash_estimate_size(pgq_max_groups, sizeof(PgqGroupEntry)));
+	return add_size(add_size(MAXALIGN(sizeof(PgqSharedState)),
+							 hash_estimate_size(pgq_max_groups,
+												sizeof(PgqGroupEntry))),
+					hash_estimate_size(PGQ_ROLE_SLOTS, sizeof(PgqRoleEntry)));
 }
 
 /*
@@ -150,8 +179,9 @@ pgq_shmem_init(void)
 	if (!found)
 	{
 		pgq_state->version = PGQ_SHMEM_VERSION;
-		pgq_state->lock = &(GetNamedLWLockTranche("pgq"))->lock;
-		pgq_state->overflowed = false;
+		pgq_state->lock = &(GetNamedLWLockTranche("pgq"))[0].lock;
+		pgq_state->role_lock = &(GetNamedLWLockTranche("pgq"))[1].lock;
+		pg_atomic_init_u64(&pgq_state->uncounted, 0);
 		pg_atomic_init_u32(&pgq_state->advisory_locks, 0);
 		pg_atomic_init_u64(&pgq_state->gen_seed, 1);
 		pgq_state->launcher_latch = NULL;
@@ -162,6 +192,80 @@ pgq_shmem_init(void)
 	info.entrysize = sizeof(PgqGroupEntry);
 	pgq_groups = ShmemInitHash("pgq groups", pgq_max_groups, pgq_max_groups,
 							   &info, HASH_ELEM | HASH_BLOBS);
+
+	memset(&info, 0, sizeof(info));
+	info.keysize = sizeof(Oid);
+	info.entrysize = sizeof(PgqRoleEntry);
+	pgq_roles = ShmemInitHash("pgq roles", PGQ_ROLE_SLOTS, PGQ_ROLE_SLOTS,
+							  &info, HASH_ELEM | HASH_BLOBS);
+}
+
+/*
+ * The role a call acts for: the caller of the pgq function being served, or
+ * the current user.  Shared resources are charged to it.
+ */
+static Oid
+charged_role(void)
+{
+	return OidIsValid(pgq_caller) ? pgq_caller : GetUserId();
+}
+
+/*
+ * Add "locks" and "entries" to what the role holds, unless that would pass
+ * the limits given (-1: none); false, with nothing changed, if it would, or
+ * if the table of roles has no room.  Called with role_lock held
+ * exclusively.
+ */
+static bool
+role_take(Oid role, int locks, int lock_limit, int entries, int entry_limit)
+{
+	PgqRoleEntry *entry;
+	bool		found;
+
+	entry = hash_search(pgq_roles, &role, HASH_ENTER_NULL, &found);
+	if (entry == NULL)
+		return false;
+	if (!found)
+	{
+		entry->locks = 0;
+		entry->entries = 0;
+	}
+	if ((lock_limit >= 0 && entry->locks + locks > lock_limit) ||
+		(entry_limit >= 0 && entry->entries + entries > entry_limit))
+	{
+		if (entry->locks == 0 && entry->entries == 0)
+			hash_search(pgq_roles, &role, HASH_REMOVE, NULL);
+		return false;
+	}
+	entry->locks += locks;
+	entry->entries += entries;
+	return true;
+}
+
+/*
+ * Take back what role_take() added.  Called with role_lock held
+ * exclusively; allocates nothing and cannot fail.
+ */
+static void
+role_give(Oid role, int locks, int entries)
+{
+	PgqRoleEntry *entry = hash_search(pgq_roles, &role, HASH_FIND, NULL);
+
+	if (entry == NULL)
+		return;
+	entry->locks = Max(entry->locks - locks, 0);
+	entry->entries = Max(entry->entries - entries, 0);
+	if (entry->locks == 0 && entry->entries == 0)
+		hash_search(pgq_roles, &role, HASH_REMOVE, NULL);
+}
+
+/* The limit on the entries of one role now in force. */
+static int
+role_entry_limit(void)
+{
+	if (pgq_max_groups_per_role >= 0)
+		return pgq_max_groups_per_role;
+	return Max(pgq_max_groups / 2, 1);
 }
 
 /* Is the shared state there, that is, was pgq in shared_preload_libraries? */
@@ -186,11 +290,12 @@ make_key(PgqGroupKey *key, Oid dbid, int64 group_id)
  * transaction holds blocks of, preferably one that knows no bound on its
  * blocks in flight: that group loses its hint, its next claim scans from
  * the head again, and its next look for due blocks walks the whole group.  Dynahash would otherwise take the room
- * from the shared memory slack that the lock table needs.  Called with the
- * table lock held exclusively.
+ * from the shared memory slack that the lock table needs.  With a valid
+ * "role", only an entry charged to that role.  Called with the table lock
+ * held exclusively.
  */
 static bool
-evict_idle_entry(void)
+evict_idle_entry(Oid role)
 {
 	/* first one that has not learned a bound on its blocks in flight */
 	for (int pass = 0; pass < 2; pass++)
@@ -203,14 +308,21 @@ evict_idle_entry(void)
 		{
 			bool		idle;
 
+			if (OidIsValid(role) && entry->role != role)
+				continue;
 			SpinLockAcquire(&entry->mutex);
 			idle = entry->claimed == 0 &&
 				(pass > 0 || entry->inflight_epoch == 0);
 			SpinLockRelease(&entry->mutex);
 			if (idle)
 			{
+				Oid			charged = entry->role;
+
 				hash_seq_term(&status);
 				hash_search(pgq_groups, &entry->key, HASH_REMOVE, NULL);
+				LWLockAcquire(pgq_state->role_lock, LW_EXCLUSIVE);
+				role_give(charged, 0, 1);
+				LWLockRelease(pgq_state->role_lock);
 				return true;
 			}
 		}
@@ -246,21 +358,40 @@ entry_lock(const PgqGroupRef *group, bool create)
 
 	LWLockAcquire(pgq_state->lock, LW_EXCLUSIVE);
 	entry = hash_search(pgq_groups, &key, HASH_FIND, &found);
-	if (entry == NULL &&
-		hash_get_num_entries(pgq_groups) >= pgq_max_groups &&
-		!evict_idle_entry())
-	{
-		pgq_state->overflowed = true;
-		LWLockRelease(pgq_state->lock);
-		return NULL;
-	}
-	if (entry == NULL)
-		entry = hash_search(pgq_groups, &key, HASH_ENTER_NULL, &found);
 	if (entry == NULL)
 	{
-		pgq_state->overflowed = true;
-		LWLockRelease(pgq_state->lock);
-		return NULL;
+		Oid			role = charged_role();
+		int			limit = role_entry_limit();
+		bool		charged;
+
+		/* a role at its limit makes room among its own idle entries */
+		LWLockAcquire(pgq_state->role_lock, LW_EXCLUSIVE);
+		charged = role_take(role, 0, -1, 1, limit);
+		LWLockRelease(pgq_state->role_lock);
+		if (!charged && evict_idle_entry(role))
+		{
+			LWLockAcquire(pgq_state->role_lock, LW_EXCLUSIVE);
+			charged = role_take(role, 0, -1, 1, limit);
+			LWLockRelease(pgq_state->role_lock);
+		}
+		if (charged &&
+			hash_get_num_entries(pgq_groups) >= pgq_max_groups &&
+			!evict_idle_entry(InvalidOid))
+			entry = NULL;
+		else if (charged)
+			entry = hash_search(pgq_groups, &key, HASH_ENTER_NULL, &found);
+		if (entry == NULL)
+		{
+			if (charged)
+			{
+				LWLockAcquire(pgq_state->role_lock, LW_EXCLUSIVE);
+				role_give(role, 0, 1);
+				LWLockRelease(pgq_state->role_lock);
+			}
+			LWLockRelease(pgq_state->lock);
+			return NULL;
+		}
+		entry->role = role;
 	}
 	if (!found || entry->created_at != group->created_at)
 	{
@@ -624,12 +755,35 @@ pgq_inflight_raise(Oid dbid, int64 group_id, int64 block_id)
 }
 
 /*
+ * Claims in flight that no entry counts: add delta, never going below 0.
+ * Allocates nothing and cannot fail.
+ */
+static void
+uncounted_add(int64 delta)
+{
+	uint64		old = pg_atomic_read_u64(&pgq_state->uncounted);
+	uint64		new;
+
+	do
+	{
+		if (delta >= 0)
+			new = old + delta;
+		else
+			new = old > (uint64) -delta ? old + delta : 0;
+	} while (!pg_atomic_compare_exchange_u64(&pgq_state->uncounted, &old, new));
+}
+
+/*
  * Count blocks taken (delta > 0) or given up (delta < 0).  Returns the count
  * now, or -1 if it is not kept.  A count that cannot be kept makes counts of
- * groups without an entry unknown.  A block given up that is claimable
- * again is taken out of the count after pgq_hint_lower() (see "claimed"
- * above).  Safe in transaction callbacks when delta < 0: it allocates
- * nothing and cannot fail.
+ * groups without an entry unknown, until the claims it counted are given
+ * up.  A claim given up that was not counted in its group's entry (it got
+ * none then) is taken off the uncounted ones: an entry made since may
+ * count 0 too early for a while, never less than the truth once all
+ * claims of the time ended.  A block given up that is claimable again is
+ * taken out of the count after pgq_hint_lower() (see "claimed" above).
+ * Safe in transaction callbacks when delta < 0: it allocates nothing and
+ * cannot fail.
  */
 int64
 pgq_claimed_add(const PgqGroupRef *group, int64 delta)
@@ -642,15 +796,21 @@ pgq_claimed_add(const PgqGroupRef *group, int64 delta)
 	entry = entry_lock(group, delta > 0);
 	if (entry == NULL)
 	{
-		if (delta > 0)
-			pgq_state->overflowed = true;
+		uncounted_add(delta);
 		return -1;
 	}
 	SpinLockAcquire(&entry->mutex);
-	entry->claimed = Max(entry->claimed + delta, 0);
-	claimed = entry->claimed;
+	claimed = entry->claimed + delta;
+	entry->claimed = Max(claimed, 0);
 	SpinLockRelease(&entry->mutex);
 	LWLockRelease(pgq_state->lock);
+
+	/* given back more than the entry counted: the rest was uncounted */
+	if (claimed < 0)
+	{
+		uncounted_add(claimed);
+		claimed = 0;
+	}
 	return claimed;
 }
 
@@ -669,7 +829,7 @@ pgq_claimed_get(const PgqGroupRef *group, int64 *claimed)
 		return false;
 	entry = entry_lock(group, false);
 	if (entry == NULL)
-		return !pgq_state->overflowed;
+		return pg_atomic_read_u64(&pgq_state->uncounted) == 0;
 	SpinLockAcquire(&entry->mutex);
 	*claimed = entry->claimed;
 	SpinLockRelease(&entry->mutex);
@@ -685,42 +845,68 @@ void
 pgq_group_forget(Oid dbid, int64 group_id)
 {
 	PgqGroupKey key;
+	PgqGroupEntry *entry;
 
 	if (!pgq_shmem_ready())
 		return;
 	make_key(&key, dbid, group_id);
 	LWLockAcquire(pgq_state->lock, LW_EXCLUSIVE);
-	hash_search(pgq_groups, &key, HASH_REMOVE, NULL);
+	entry = hash_search(pgq_groups, &key, HASH_FIND, NULL);
+	if (entry != NULL)
+	{
+		LWLockAcquire(pgq_state->role_lock, LW_EXCLUSIVE);
+		role_give(entry->role, 0, 1);
+		LWLockRelease(pgq_state->role_lock);
+		hash_search(pgq_groups, &key, HASH_REMOVE, NULL);
+	}
 	LWLockRelease(pgq_state->lock);
 }
 
 /*
- * Count one more advisory block lock against the cluster-wide limit.  False
- * (and nothing counted) if that would pass "limit".  Without shared memory
- * there is no cluster-wide count, and only the per-session limit applies.
+ * Count one more advisory lock against the cluster-wide limit and against
+ * the role's ("role_limit", -1 for none).  Says which limit it would pass,
+ * if any (and then counts nothing).  Without shared memory there is no
+ * cluster-wide count, and only the per-session limit applies.
  */
-bool
-pgq_advisory_locks_take(int limit)
+PgqLockLimit
+pgq_advisory_locks_take(int limit, Oid role, int role_limit)
 {
 	uint32		before;
+	bool		taken;
 
 	if (!pgq_shmem_ready())
-		return true;
+		return PGQ_LOCKS_OK;
 	before = pg_atomic_fetch_add_u32(&pgq_state->advisory_locks, 1);
 	if (before >= (uint32) limit)
 	{
 		pg_atomic_fetch_sub_u32(&pgq_state->advisory_locks, 1);
-		return false;
+		return PGQ_LOCKS_CLUSTER;
 	}
-	return true;
+	LWLockAcquire(pgq_state->role_lock, LW_EXCLUSIVE);
+	taken = role_take(role, 1, role_limit, 0, -1);
+	LWLockRelease(pgq_state->role_lock);
+	if (!taken)
+	{
+		pg_atomic_fetch_sub_u32(&pgq_state->advisory_locks, 1);
+		return PGQ_LOCKS_ROLE;
+	}
+	return PGQ_LOCKS_OK;
 }
 
-/* An advisory block lock counted by pgq_advisory_locks_take() is gone. */
+/*
+ * An advisory lock counted by pgq_advisory_locks_take() for the role is
+ * gone.  Safe at transaction end and at exit: allocates nothing, cannot
+ * fail.
+ */
 void
-pgq_advisory_locks_give(void)
+pgq_advisory_locks_give(Oid role)
 {
-	if (pgq_shmem_ready())
-		pg_atomic_fetch_sub_u32(&pgq_state->advisory_locks, 1);
+	if (!pgq_shmem_ready())
+		return;
+	pg_atomic_fetch_sub_u32(&pgq_state->advisory_locks, 1);
+	LWLockAcquire(pgq_state->role_lock, LW_EXCLUSIVE);
+	role_give(role, 1, 0);
+	LWLockRelease(pgq_state->role_lock);
 }
 
 /*

@@ -13,6 +13,8 @@ $node->init;
 $node->append_conf('postgresql.conf', qq{
 shared_preload_libraries = 'pgq'
 pgq.max_groups = 16
+# one role fills the table here (test/t/058_quota_groups.pl caps a role)
+pgq.max_groups_per_role = 16
 });
 $node->start;
 $node->safe_psql('postgres', q{

@@ -52,6 +52,8 @@ sub session_as
 # retries that came due, and the limit (the worker's placeholder lock and two
 # blocks) stops it before the pending blocks.
 # ---------------------------------------------------------------------------
+# (the per-role limit is tested below: out of the way until then)
+reload_with('pgq.max_locks_per_role', 1000);
 reload_with('pgq.max_locks', 3);
 my $a = session_as('alice');
 $a->query_safe(q{
@@ -71,11 +73,51 @@ like($a->{stderr}, qr/cannot claim another advisory-mode block/,
 $a->quit;
 
 # ---------------------------------------------------------------------------
+# One role cannot take the whole of pgq.max_locks: pgq.max_locks_per_role
+# (by default half of it) leaves the rest to the others.
+# ---------------------------------------------------------------------------
+reload_with('pgq.max_locks_per_role', -1);
+reload_with('pgq.max_locks', 20);
+$a = session_as('alice');
+$a->query_safe(q{
+	SELECT pgq.create_group('hoard', 'SELECT g FROM generate_series(1, 100) g', 1,
+	                        mode => 'advisory');
+	SELECT pgq.register_worker() AS w \gset});
+is($a->query_safe(q{SELECT count(*) FROM pgq.claim('hoard', 100, worker_id => :w)}),
+	'9', 'a role gets half of pgq.max_locks (its placeholder and 9 blocks)');
+my $a2 = session_as('alice');
+$a2->query(q{SELECT pgq.register_worker()});
+like($a2->{stderr}, qr/cannot register another advisory-mode worker.*\n.*pgq\.max_locks_per_role/,
+	"the role's other sessions get no more, and the error names pgq.max_locks_per_role");
+$a2->quit;
+my $b = session_as('bob');
+$b->query_safe(q{
+	SELECT pgq.create_group('bobs', 'SELECT g FROM generate_series(1, 10) g', 1,
+	                        mode => 'advisory');
+	SELECT pgq.register_worker() AS w \gset});
+is($b->query_safe(q{SELECT count(*) FROM pgq.claim('bobs', 5, worker_id => :w)}),
+	'5', 'another role still claims');
+$b->quit;
+$a->quit;
+
+# an administrator sets a role's limit on its own
+$node->safe_psql('postgres', 'ALTER ROLE alice SET pgq.max_locks_per_role = 3');
+$a = session_as('alice');
+$a->query_safe(q{SELECT pgq.register_worker() AS w \gset});
+is($a->query_safe(q{SELECT count(*) FROM pgq.claim('hoard', 100, worker_id => :w)}),
+	'2', 'ALTER ROLE ... SET pgq.max_locks_per_role sets one role\'s limit');
+$a->query(q{SET pgq.max_locks_per_role = 100});
+like($a->{stderr}, qr/permission denied to set parameter/,
+	'which the role cannot change itself');
+$a->quit;
+$node->safe_psql('postgres', 'ALTER ROLE alice RESET pgq.max_locks_per_role');
+reload_with('pgq.max_locks', -1);
+
+# ---------------------------------------------------------------------------
 # pgq.register_worker() costs the same however many locks the cluster holds:
 # it does not read pg_locks.  Shown by a registration that goes through while
 # another session holds pg_locks locked (one that read it would wait).
 # ---------------------------------------------------------------------------
-reload_with('pgq.max_locks', -1);
 my $locker = $node->background_psql('postgres');
 $locker->query_safe('BEGIN; LOCK TABLE pg_catalog.pg_locks IN ACCESS EXCLUSIVE MODE');
 my $reg = new_session($node, 'reg');
