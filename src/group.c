@@ -905,7 +905,8 @@ pgq_lookup_item(int64 item_id, PgqGroup *group)
 
 /*
  * The materialization timeout of an asynchronous group: the argument, or
- * else pgq.materialize_timeout; NULL for none.
+ * else pgq.materialize_timeout, at most pgq.max_materialize_timeout; NULL
+ * for none.
  */
 static Interval *
 materialize_timeout(FunctionCallInfo fcinfo, bool async)
@@ -914,10 +915,15 @@ materialize_timeout(FunctionCallInfo fcinfo, bool async)
 
 	if (PG_ARGISNULL(7))
 	{
-		if (!async || pgq_materialize_timeout == 0)
+		int			ms = pgq_materialize_timeout;
+
+		if (pgq_max_materialize_timeout > 0 &&
+			(ms == 0 || ms > pgq_max_materialize_timeout))
+			ms = pgq_max_materialize_timeout;
+		if (!async || ms == 0)
 			return NULL;
 		timeout = palloc0(sizeof(Interval));
-		timeout->time = (int64) pgq_materialize_timeout * 1000;
+		timeout->time = (int64) ms * 1000;
 		return timeout;
 	}
 	if (!async)
@@ -927,6 +933,12 @@ materialize_timeout(FunctionCallInfo fcinfo, bool async)
 				 errhint("A synchronous create_group runs under the caller's statement_timeout.")));
 	timeout = PG_GETARG_INTERVAL_P(7);
 	pgq_check_timeout(timeout);
+	if (pgq_max_materialize_timeout > 0 &&
+		pgq_interval_ms(timeout) > pgq_max_materialize_timeout)
+	{
+		timeout = palloc0(sizeof(Interval));
+		timeout->time = (int64) pgq_max_materialize_timeout * 1000;
+	}
 	return timeout;
 }
 

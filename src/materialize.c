@@ -40,6 +40,7 @@
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
+#include "port/atomics.h"
 #include "postmaster/bgworker.h"
 #include "storage/dsm.h"
 #include "storage/ipc.h"
@@ -79,9 +80,28 @@ typedef struct PgqMaterializeArgs
 {
 	Oid			dboid;
 	Oid			role;			/* whom the workers connect as */
+	Oid			charged;		/* whose materialization it counts as */
 	int64		group_id;
 	TransactionId xid;			/* the creating transaction */
 } PgqMaterializeArgs;
+
+/*
+ * Who gives back the count of a running materialization (shared memory
+ * behind the creator's queue): the writer takes it over just before it
+ * tells the creator that it started; a creator that fails before then
+ * takes it back.  Whoever wins gives it back.
+ */
+#define PGQ_COUNT_CREATOR	0
+#define PGQ_COUNT_WRITER	1
+#define PGQ_COUNT_REVOKED	2
+
+/* Size of the creator's queue, before the word above. */
+#define PGQ_CREATOR_QUEUE_SIZE	MAXALIGN(shm_mq_minimum_size + 64)
+
+static int	pgq_max_materializations_per_role = -1;
+
+/* The role whose materialization the writer counts, for its exit. */
+static Oid	counted_role = InvalidOid;
 
 /* Messages from the reader to the writer. */
 typedef enum PgqMessageKind
@@ -148,6 +168,81 @@ init_worker(BackgroundWorker *worker, const PgqMaterializeArgs *args,
 	memcpy(worker->bgw_extra, args, sizeof(*args));
 }
 
+/* Define the settings of this file; called from _PG_init(). */
+void
+pgq_materialize_define_settings(void)
+{
+	DefineCustomIntVariable("pgq.max_materializations_per_role",
+							"Most asynchronous materializations of one role that may run at once.",
+							"-1 means half of what pgq allows at once (rounded up): (max_worker_processes - 1 for pgq's launcher - 1 for a maintenance pass) / 2.  Applies only when pgq is preloaded.",
+							&pgq_max_materializations_per_role,
+							-1, -1, 10000,
+							PGC_SUSET, 0,
+							NULL, NULL, NULL);
+}
+
+/*
+ * How many asynchronous materializations may run at once in the cluster:
+ * two worker slots each, leaving one for the launcher and, with
+ * maintenance on, one for a maintenance pass.
+ */
+static int
+cluster_materializations(void)
+{
+	int			reserved = 1 + (pgq_maintenance_on() ? 1 : 0);
+
+	return Max((max_worker_processes - reserved) / 2, 0);
+}
+
+/* The per-role limit in force. */
+static int
+role_materializations(void)
+{
+	if (pgq_max_materializations_per_role >= 0)
+		return pgq_max_materializations_per_role;
+	return Max((cluster_materializations() + 1) / 2, 1);
+}
+
+/* A materialization counted for counted_role ended: the writer's exit. */
+static void
+give_back_count(int code, Datum arg)
+{
+	pgq_materialization_give(counted_role);
+}
+
+/*
+ * Count the materialization about to start for the calling role, or refuse
+ * it: one role may not take every worker slot, nor pgq the slot its
+ * maintenance needs.
+ */
+static void
+count_materialization(Oid role)
+{
+	switch (pgq_materialization_take(cluster_materializations(), role,
+									 role_materializations()))
+	{
+		case PGQ_LOCKS_OK:
+			return;
+		case PGQ_LOCKS_CLUSTER:
+			ereport(ERROR,
+					(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+					 errmsg("could not start a materialization worker"),
+					 errdetail("%d asynchronous materializations are running, as many as max_worker_processes (%d) allows while keeping a slot free for pgq's maintenance.",
+							   cluster_materializations(), max_worker_processes),
+					 errhint("Raise max_worker_processes, wait for running materializations to finish, or use async => false.")));
+			break;
+		case PGQ_LOCKS_ROLE:
+			ereport(ERROR,
+					(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+					 errmsg("too many asynchronous materializations of role \"%s\" are running",
+							GetUserNameFromId(role, false)),
+					 errdetail("The limit set by pgq.max_materializations_per_role is %d.",
+							   role_materializations()),
+					 errhint("Wait for one to finish, or use async => false.")));
+			break;
+	}
+}
+
 /* The error for a lack of worker slots. */
 static void
 report_no_slot(void)
@@ -176,6 +271,44 @@ extension_owner(void)
 }
 
 /*
+ * Wait for the writer's reply on the creator's queue: PGQ_STARTED, or
+ * PGQ_NO_SLOT or another byte if a worker could not be started, or '\0' if
+ * the writer exited without a reply.
+ */
+static char
+wait_for_writer(shm_mq *mq, dsm_segment *seg, BackgroundWorkerHandle *handle)
+{
+	shm_mq_handle *mqh = shm_mq_attach(mq, seg, handle);
+	shm_mq_result res;
+	Size		len;
+	void	   *data;
+	char		reply;
+
+	res = shm_mq_receive(mqh, &len, &data, false);
+	if (res != SHM_MQ_SUCCESS)
+		reply = '\0';
+	else if (len != 1)
+		reply = PGQ_NO_SLOT;
+	else
+		reply = *(char *) data;
+	shm_mq_detach(mqh);
+	return reply;
+}
+
+/*
+ * The creator failed before the writer took the count of the running
+ * materialization over: unless the writer took it after all, give it back.
+ */
+static void
+revoke_count(pg_atomic_uint32 *owner, Oid charged)
+{
+	uint32		expected = PGQ_COUNT_CREATOR;
+
+	if (pg_atomic_compare_exchange_u32(owner, &expected, PGQ_COUNT_REVOKED))
+		pgq_materialization_give(charged);
+}
+
+/*
  * Start the workers that materialize a group the current transaction has
  * just inserted, inside SPI.  Returns once the writer holds the group's lock
  * and has started the reader; an error if there is no worker slot for
@@ -189,36 +322,52 @@ pgq_start_materialization(int64 group_id)
 	BackgroundWorkerHandle *handle;
 	dsm_segment *seg;
 	shm_mq	   *mq;
-	shm_mq_handle *mqh;
-	shm_mq_result res;
-	Size		len;
-	void	   *data;
+	volatile char reply = '\0';
+	pg_atomic_uint32 *owner;
 
 	args.dboid = MyDatabaseId;
 	args.role = extension_owner();
+	args.charged = OidIsValid(pgq_caller) ? pgq_caller : GetUserId();
 	args.group_id = group_id;
 	args.xid = GetTopTransactionId();
 
 	/* a one-byte reply fits any queue; this is the smallest there is */
-	seg = dsm_create(shm_mq_minimum_size + 64, 0);
-	mq = shm_mq_create(dsm_segment_address(seg), shm_mq_minimum_size + 64);
+	seg = dsm_create(PGQ_CREATOR_QUEUE_SIZE + sizeof(pg_atomic_uint32), 0);
+	mq = shm_mq_create(dsm_segment_address(seg), PGQ_CREATOR_QUEUE_SIZE);
 	shm_mq_set_receiver(mq, MyProc);
+	owner = (pg_atomic_uint32 *) ((char *) dsm_segment_address(seg) +
+								  PGQ_CREATOR_QUEUE_SIZE);
+	pg_atomic_init_u32(owner, PGQ_COUNT_CREATOR);
 
+	count_materialization(args.charged);
 	init_worker(&worker, &args, "pgq_writer_main", PGQ_WRITER_TYPE,
 				dsm_segment_handle(seg));
 	if (!RegisterDynamicBackgroundWorker(&worker, &handle))
+	{
+		pgq_materialization_give(args.charged);
 		report_no_slot();
+	}
 
-	mqh = shm_mq_attach(mq, seg, handle);
-	res = shm_mq_receive(mqh, &len, &data, false);
-	if (res != SHM_MQ_SUCCESS)
+	PG_TRY();
+	{
+		reply = wait_for_writer(mq, seg, handle);
+	}
+	PG_CATCH();
+	{
+		/* canceled while waiting: a writer that starts later has no creator */
+		revoke_count(owner, args.charged);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	if (reply != PGQ_STARTED)
+		revoke_count(owner, args.charged);
+	if (reply == '\0')
 		ereport(ERROR,
 				(errcode(ERRCODE_INTERNAL_ERROR),
 				 errmsg("the materialization worker exited before it started"),
 				 errhint("The server log may say why.")));
-	if (len != 1 || *(char *) data != PGQ_STARTED)
+	if (reply != PGQ_STARTED)
 		report_no_slot();
-	shm_mq_detach(mqh);
 	dsm_detach(seg);
 }
 
@@ -562,6 +711,21 @@ pgq_writer_main(Datum arg)
 
 	before_shmem_exit(stop_reader, (Datum) 0);
 	mqh = start_reader(&args);
+	if (mqh != NULL)
+	{
+		pg_atomic_uint32 *owner;
+		uint32		expected = PGQ_COUNT_CREATOR;
+
+		/* the count of running materializations is the writer's now */
+		owner = (pg_atomic_uint32 *) ((char *) dsm_segment_address(creator_seg) +
+									  PGQ_CREATOR_QUEUE_SIZE);
+		if (pg_atomic_compare_exchange_u32(owner, &expected,
+										   PGQ_COUNT_WRITER))
+		{
+			counted_role = args.charged;
+			before_shmem_exit(give_back_count, (Datum) 0);
+		}
+	}
 	reply_to_creator(creator_seg, mqh != NULL ? PGQ_STARTED : PGQ_NO_SLOT);
 	if (mqh == NULL)
 		proc_exit(0);

@@ -30,6 +30,7 @@ PG_MODULE_MAGIC;
 
 int			pgq_max_groups = 1024;
 int			pgq_materialize_timeout = 0;	/* milliseconds, 0 for none */
+int			pgq_max_materialize_timeout = 0;	/* milliseconds, 0 for none */
 int			pgq_key_lookups = 100;
 
 #if PG_VERSION_NUM >= 150000
@@ -120,6 +121,15 @@ _PG_init(void)
 							0, 0, INT_MAX,
 							PGC_USERSET, GUC_UNIT_MS,
 							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("pgq.max_materialize_timeout",
+							"Longest time an asynchronous materialization may run before it is canceled.",
+							"0 means no limit.  Caps pgq.materialize_timeout and create_group(timeout => ...); set by superusers, for one role with ALTER ROLE.",
+							&pgq_max_materialize_timeout,
+							0, 0, INT_MAX,
+							PGC_SUSET, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+	pgq_materialize_define_settings();
 
 #if PG_VERSION_NUM >= 150000
 	MarkGUCPrefixReserved("pgq");

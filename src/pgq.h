@@ -190,6 +190,7 @@ typedef struct PgqBlockWriter
 /* pgq.c */
 extern int	pgq_max_groups;
 extern int	pgq_materialize_timeout;
+extern int	pgq_max_materialize_timeout;
 extern int	pgq_key_lookups;
 extern void pgq_check_name(text *name);
 extern void pgq_check_arg_not_null(FunctionCallInfo fcinfo, int argno,
@@ -339,11 +340,13 @@ extern bool pgq_queue_extend(const PgqGroup *group, int64 item_id,
 
 /* materialize.c */
 extern void pgq_materialize_init(void);
+extern void pgq_materialize_define_settings(void);
 extern void pgq_start_materialization(int64 group_id);
 extern bool pgq_materializer_alive(int64 group_id);
 
 /* worker.c */
 extern void pgq_worker_init(void);
+extern bool pgq_maintenance_on(void);
 extern void pgq_advisory_forget_group(const PgqGroupRef *group);
 extern int64 pgq_advisory_held_in_group(const PgqGroupRef *group);
 
@@ -391,6 +394,9 @@ typedef enum PgqLockLimit
 extern PgqLockLimit pgq_advisory_locks_take(int limit, Oid role,
 											int role_limit);
 extern void pgq_advisory_locks_give(Oid role);
+extern PgqLockLimit pgq_materialization_take(int limit, Oid role,
+											 int role_limit);
+extern void pgq_materialization_give(Oid role);
 
 /* xact.c: claims held by the current transaction */
 extern void pgq_xact_init(void);

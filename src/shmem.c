@@ -126,6 +126,7 @@ typedef struct PgqRoleEntry
 	Oid			role;			/* hash key */
 	int32		locks;			/* advisory locks counted for it */
 	int32		entries;		/* group entries charged to it */
+	int32		materializations;	/* asynchronous ones running */
 } PgqRoleEntry;
 
 typedef struct PgqSharedState
@@ -135,6 +136,7 @@ typedef struct PgqSharedState
 	LWLock	   *role_lock;		/* protects the table of roles */
 	pg_atomic_uint64 uncounted; /* claims in flight that no entry counts */
 	pg_atomic_uint32 advisory_locks;	/* advisory locks held by all sessions */
+	int32		materializations;	/* running; protected by role_lock */
 	pg_atomic_uint64 gen_seed;	/* generations, unique across entries, so
 								 * that a claim that read an evicted entry
 								 * cannot match a new one */
@@ -182,6 +184,7 @@ pgq_shmem_init(void)
 		pgq_state->lock = &(GetNamedLWLockTranche("pgq"))[0].lock;
 		pgq_state->role_lock = &(GetNamedLWLockTranche("pgq"))[1].lock;
 		pg_atomic_init_u64(&pgq_state->uncounted, 0);
+		pgq_state->materializations = 0;
 		pg_atomic_init_u32(&pgq_state->advisory_locks, 0);
 		pg_atomic_init_u64(&pgq_state->gen_seed, 1);
 		pgq_state->launcher_latch = NULL;
@@ -229,11 +232,13 @@ role_take(Oid role, int locks, int lock_limit, int entries, int entry_limit)
 	{
 		entry->locks = 0;
 		entry->entries = 0;
+		entry->materializations = 0;
 	}
 	if ((lock_limit >= 0 && entry->locks + locks > lock_limit) ||
 		(entry_limit >= 0 && entry->entries + entries > entry_limit))
 	{
-		if (entry->locks == 0 && entry->entries == 0)
+		if (entry->locks == 0 && entry->entries == 0 &&
+			entry->materializations == 0)
 			hash_search(pgq_roles, &role, HASH_REMOVE, NULL);
 		return false;
 	}
@@ -255,7 +260,8 @@ role_give(Oid role, int locks, int entries)
 		return;
 	entry->locks = Max(entry->locks - locks, 0);
 	entry->entries = Max(entry->entries - entries, 0);
-	if (entry->locks == 0 && entry->entries == 0)
+	if (entry->locks == 0 && entry->entries == 0 &&
+		entry->materializations == 0)
 		hash_search(pgq_roles, &role, HASH_REMOVE, NULL);
 }
 
@@ -906,6 +912,75 @@ pgq_advisory_locks_give(Oid role)
 	pg_atomic_fetch_sub_u32(&pgq_state->advisory_locks, 1);
 	LWLockAcquire(pgq_state->role_lock, LW_EXCLUSIVE);
 	role_give(role, 1, 0);
+	LWLockRelease(pgq_state->role_lock);
+}
+
+/*
+ * Count one more asynchronous materialization of the role, unless the role
+ * runs "role_limit" already or the cluster "limit".  Says which limit it
+ * would pass, if any (and then counts nothing).  Without shared memory
+ * nothing is counted.
+ */
+PgqLockLimit
+pgq_materialization_take(int limit, Oid role, int role_limit)
+{
+	PgqRoleEntry *entry;
+	PgqLockLimit result = PGQ_LOCKS_OK;
+	bool		found;
+
+	if (!pgq_shmem_ready())
+		return PGQ_LOCKS_OK;
+	LWLockAcquire(pgq_state->role_lock, LW_EXCLUSIVE);
+	if (pgq_state->materializations >= limit)
+		result = PGQ_LOCKS_CLUSTER;
+	else if ((entry = hash_search(pgq_roles, &role, HASH_ENTER_NULL,
+								  &found)) == NULL)
+		result = PGQ_LOCKS_ROLE;
+	else
+	{
+		if (!found)
+		{
+			entry->locks = 0;
+			entry->entries = 0;
+			entry->materializations = 0;
+		}
+		if (entry->materializations >= role_limit)
+		{
+			if (!found)
+				hash_search(pgq_roles, &role, HASH_REMOVE, NULL);
+			result = PGQ_LOCKS_ROLE;
+		}
+		else
+		{
+			entry->materializations++;
+			pgq_state->materializations++;
+		}
+	}
+	LWLockRelease(pgq_state->role_lock);
+	return result;
+}
+
+/*
+ * A materialization counted by pgq_materialization_take() for the role
+ * ended.  Safe at exit: allocates nothing, cannot fail.
+ */
+void
+pgq_materialization_give(Oid role)
+{
+	PgqRoleEntry *entry;
+
+	if (!pgq_shmem_ready())
+		return;
+	LWLockAcquire(pgq_state->role_lock, LW_EXCLUSIVE);
+	pgq_state->materializations = Max(pgq_state->materializations - 1, 0);
+	entry = hash_search(pgq_roles, &role, HASH_FIND, NULL);
+	if (entry != NULL)
+	{
+		entry->materializations = Max(entry->materializations - 1, 0);
+		if (entry->locks == 0 && entry->entries == 0 &&
+			entry->materializations == 0)
+			hash_search(pgq_roles, &role, HASH_REMOVE, NULL);
+	}
 	LWLockRelease(pgq_state->role_lock);
 }
 

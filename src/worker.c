@@ -98,6 +98,13 @@ pgq_worker_init(void)
 	RegisterBackgroundWorker(&worker);
 }
 
+/* Are maintenance passes on?  Only meaningful when pgq is preloaded. */
+bool
+pgq_maintenance_on(void)
+{
+	return pgq_maintenance_interval > 0;
+}
+
 /*
  * The databases a pass should visit: those that accept connections and are
  * neither templates nor half-dropped.  Returned in the current memory
