@@ -130,6 +130,7 @@ _PG_init(void)
 							PGC_SUSET, GUC_UNIT_MS,
 							NULL, NULL, NULL);
 	pgq_materialize_define_settings();
+	pgq_quota_init();
 
 #if PG_VERSION_NUM >= 150000
 	MarkGUCPrefixReserved("pgq");

@@ -398,6 +398,11 @@ extern PgqLockLimit pgq_materialization_take(int limit, Oid role,
 											 int role_limit);
 extern void pgq_materialization_give(Oid role);
 
+/* quota.c */
+extern void pgq_quota_init(void);
+extern void pgq_check_item_size(const PgqNewItem *item);
+extern void pgq_check_queue_room(const PgqGroup *group, int n);
+
 /* xact.c: claims held by the current transaction */
 extern void pgq_xact_init(void);
 extern void pgq_xact_reserve(int n);

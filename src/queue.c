@@ -368,6 +368,8 @@ pgq_enqueue(PG_FUNCTION_ARGS)
 	item.no_payload = PG_ARGISNULL(1);
 	item.data = PG_GETARG_DATUM(5);
 	item.no_data = PG_ARGISNULL(5);
+	pgq_check_item_size(&item);
+	pgq_check_queue_room(&group, 1);
 	ins = pgq_item_inserter_begin();
 	id = enqueue_one(ins, &group, &item, &added);
 	pgq_item_inserter_end(ins);
@@ -474,6 +476,7 @@ pgq_enqueue_many(PG_FUNCTION_ARGS)
 	}
 	new_item(&item, &group, priority, !PG_ARGISNULL(4),
 			 PG_ARGISNULL(4) ? 0 : PG_GETARG_TIMESTAMPTZ(4));
+	pgq_check_queue_room(&group, n);
 	ins = pgq_item_inserter_begin();
 	for (int i = 0; i < n; i++)
 	{
@@ -485,6 +488,7 @@ pgq_enqueue_many(PG_FUNCTION_ARGS)
 		item.no_payload = payloads.n < 0 || payloads.nulls[i];
 		item.data = data.n < 0 ? (Datum) 0 : data.values[i];
 		item.no_data = data.n < 0 || data.nulls[i];
+		pgq_check_item_size(&item);
 		ids[i] = enqueue_one(ins, &group, &item, &added);
 		any_added |= added;
 	}
