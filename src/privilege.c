@@ -34,6 +34,7 @@
 #include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
+#include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "utils/acl.h"
 #include "utils/array.h"
@@ -244,6 +245,45 @@ grant_column(text *privilege)
 }
 
 /*
+ * The role that pgq.grant() and pgq.revoke() name, InvalidOid for PUBLIC.
+ * As in has_table_privilege() and the other functions that take a role as
+ * text, the text is the role's name as it is stored, and public, in lower
+ * case, means PUBLIC; a name in double quotes is read as a quoted identifier,
+ * as GRANT would read it, so that "public" is the name of a role (which no
+ * role may have) and "Public" that of the role Public.
+ */
+static Oid
+grantee_role(const char *given)
+{
+	size_t		len = strlen(given);
+
+	if (strcmp(given, "public") == 0)
+		return InvalidOid;
+	if (len >= 2 && given[0] == '"' && given[len - 1] == '"')
+	{
+		StringInfoData name;
+
+		initStringInfo(&name);
+		for (size_t i = 1; i < len - 1; i++)
+		{
+			/* inside the quotes, "" stands for one " */
+			if (given[i] == '"')
+			{
+				if (i + 1 == len - 1 || given[i + 1] != '"')
+					ereport(ERROR,
+							(errcode(ERRCODE_INVALID_NAME),
+							 errmsg("invalid role name: %s", given),
+							 errhint("Within a quoted name, write a double quote as two.")));
+				i++;
+			}
+			appendStringInfoChar(&name, given[i]);
+		}
+		return get_role_oid(name.data, false);
+	}
+	return get_role_oid(given, false);
+}
+
+/*
  * Add or remove a grantee in a group's consumers or producers, as its owner.
  * role is InvalidOid for PUBLIC.
  */
@@ -256,7 +296,6 @@ change_grant(FunctionCallInfo fcinfo, bool grant)
 	char	   *sql;
 	Oid			argtypes[2] = {INT8OID, REGROLEOID};
 	Datum		values[2];
-	char	   *rolename;
 	Oid			role;
 	int			rc;
 
@@ -265,9 +304,7 @@ change_grant(FunctionCallInfo fcinfo, bool grant)
 	pgq_check_arg_not_null(fcinfo, 2, "privilege");
 	pgq_check_name(PG_GETARG_TEXT_PP(0));
 	column = grant_column(PG_GETARG_TEXT_PP(2));
-	rolename = text_to_cstring(PG_GETARG_TEXT_PP(1));
-	role = pg_strcasecmp(rolename, "public") == 0 ? InvalidOid :
-		get_role_oid(rolename, false);
+	role = grantee_role(text_to_cstring(PG_GETARG_TEXT_PP(1)));
 	pgq_check_not_in_recovery(grant ? "grant a privilege" : "revoke a privilege");
 
 	pgq_enter(&scope);
