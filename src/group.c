@@ -613,25 +613,48 @@ group_from_tuple(HeapTuple tuple, TupleDesc tupdesc, PgqGroup *group)
 }
 
 /*
- * Take a transaction-level lock on a group's name: shared by enqueues,
- * exclusive for pgq.drop_group().  An enqueue looks its queue up and inserts
- * without locking the queue's row (a row lock per enqueue would make that
- * row hot); this lock keeps a drop from deleting the queue's items while an
- * enqueue's items are yet to commit, and an enqueue that comes after a
- * drop's commit finds the queue gone.  It is a lock-manager lock, in pgq's
- * advisory key space: nothing is written.  Names that share a hash only
- * wait for each other.
+ * Take a transaction-level lock on a group: shared by enqueues, exclusive
+ * for pgq.drop_group().  An enqueue looks its queue up and inserts without
+ * locking the queue's row (a row lock per enqueue would make that row hot);
+ * this lock keeps a drop from deleting the queue's items while an enqueue's
+ * items are yet to commit, and an enqueue that comes after a drop's commit
+ * finds the queue gone.  It is a lock-manager lock, in pgq's advisory key
+ * space: nothing is written.
+ *
+ * The key is the group's id, which no other group has: a role cannot make
+ * another role's calls wait by locking a group of its own.  Callers take it
+ * only once they know that the caller may act on the group, and look the
+ * group up again once they hold it.
  */
+static void
+group_lock_tag(LOCKTAG *tag, int64 group_id)
+{
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (group_id >> 32),
+						 (uint32) group_id, PGQ_LOCK_GROUP);
+}
+
+/* Lock a group (see group_lock_tag()) until the end of the transaction. */
 void
-pgq_lock_group_name(text *name, bool exclusive)
+pgq_lock_group(int64 group_id, bool exclusive)
 {
 	LOCKTAG		tag;
-	uint32		hash = hash_any((const unsigned char *) VARDATA_ANY(name),
-								VARSIZE_ANY_EXHDR(name));
 
-	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, 0, hash, PGQ_LOCK_GROUP_NAME);
+	group_lock_tag(&tag, group_id);
 	(void) LockAcquire(&tag, exclusive ? ExclusiveLock : ShareLock, false,
 					   false);
+}
+
+/*
+ * Give back what pgq_lock_group() took, for a call that found the group gone
+ * once it held the lock: a call that finds nothing holds nothing.
+ */
+void
+pgq_unlock_group(int64 group_id, bool exclusive)
+{
+	LOCKTAG		tag;
+
+	group_lock_tag(&tag, group_id);
+	(void) LockRelease(&tag, exclusive ? ExclusiveLock : ShareLock, false);
 }
 
 /*
@@ -1110,32 +1133,38 @@ pgq_drop_group(PG_FUNCTION_ARGS)
 	pgq_check_not_in_recovery("drop a group");
 
 	pgq_enter(&scope);
-	pgq_lock_group_name(PG_GETARG_TEXT_PP(0), true);
 	SPI_connect();
 
-	/* whoever may not drop it must not hold it up for others either */
-	if (!pgq_find_group(PG_GETARG_TEXT_PP(0), &dropped))
+	/*
+	 * Check, lock, then check again: whoever may not drop the group must not
+	 * hold it up for others either.  The delete is of the group found,
+	 * should another of the same name have taken its place meanwhile.
+	 */
+	for (;;)
 	{
-		SPI_finish();
-		pgq_leave(&scope);
-		PG_RETURN_BOOL(false);
-	}
-	pgq_check_privilege(&dropped, PGQ_PRIV_ADMIN);
+		CHECK_FOR_INTERRUPTS();
+		if (!pgq_find_group(PG_GETARG_TEXT_PP(0), &dropped))
+		{
+			SPI_finish();
+			pgq_leave(&scope);
+			PG_RETURN_BOOL(false);
+		}
+		pgq_check_privilege(&dropped, PGQ_PRIV_ADMIN);
+		pgq_lock_group(dropped.ref.group_id, true);
 
-	argtype = TEXTOID;
-	value = PG_GETARG_DATUM(0);
-	rc = pgq_execute_fresh("DELETE FROM pgq.groups "
-						   "WHERE group_name " OP("=") " $1 "
-						   "RETURNING group_id, created_at, owner, "
-						   "consumers, producers, group_name",
-						   1, &argtype, &value);
-	if (rc != SPI_OK_DELETE_RETURNING)
-		elog(ERROR, "could not delete group: %s", SPI_result_code_string(rc));
-	if (SPI_processed == 0)
-	{
-		SPI_finish();
-		pgq_leave(&scope);
-		PG_RETURN_BOOL(false);
+		argtype = INT8OID;
+		value = Int64GetDatum(dropped.ref.group_id);
+		rc = pgq_execute_fresh("DELETE FROM pgq.groups "
+							   "WHERE group_id " OP("=") " $1 "
+							   "RETURNING group_id, created_at, owner, "
+							   "consumers, producers, group_name",
+							   1, &argtype, &value);
+		if (rc != SPI_OK_DELETE_RETURNING)
+			elog(ERROR, "could not delete group: %s", SPI_result_code_string(rc));
+		if (SPI_processed > 0)
+			break;
+		/* dropped by another transaction meanwhile */
+		pgq_unlock_group(dropped.ref.group_id, true);
 	}
 	pgq_group_ref_from_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
 							 &group);
@@ -1156,7 +1185,6 @@ pgq_drop_group(PG_FUNCTION_ARGS)
 	pgq_invalidate_groups();
 
 	pgq_xact_remember_drop(&group);
-	argtype = INT8OID;
 	value = Int64GetDatum(group.group_id);
 	rc = pgq_execute_fresh("DELETE FROM pgq.blocks "
 						   "WHERE group_id " OP("=") " $1",

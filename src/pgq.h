@@ -114,8 +114,8 @@ typedef struct PgqDueBlock
 	TimestampTz due;
 } PgqDueBlock;
 
-/* field4 of the advisory lock tags pgq takes on group names (group.c) */
-#define PGQ_LOCK_GROUP_NAME	20564
+/* field4 of the advisory lock tags pgq takes on groups (group.c) */
+#define PGQ_LOCK_GROUP	20564
 
 /* pgq.blocks.state of a block claimed under a lease (see pgq--0.1.sql) */
 #define PGQ_BLOCK_CLAIMED	'c'
@@ -230,7 +230,8 @@ extern void pgq_block_writer_finish(PgqBlockWriter *writer);
 extern void pgq_mark_ready(int64 group_id, int64 total_ids,
 						   int64 total_blocks);
 extern void pgq_invalidate_block_plans(void);
-extern void pgq_lock_group_name(text *name, bool exclusive);
+extern void pgq_lock_group(int64 group_id, bool exclusive);
+extern void pgq_unlock_group(int64 group_id, bool exclusive);
 extern void pgq_group_ref_from_tuple(HeapTuple tuple, TupleDesc tupdesc,
 									 int col, PgqGroupRef *ref);
 extern bool pgq_find_group(text *name, PgqGroup *group);

@@ -93,6 +93,36 @@ lookup_queue(text *name, PgqGroup *group)
 }
 
 /*
+ * Look up the queue to enqueue into, check that the caller may produce, and
+ * lock it against a drop (see pgq_lock_group()): in that order, so that a
+ * caller that may not produce holds up nobody's drop.  Should the queue have
+ * been dropped before the lock was had, it is looked up again, and is gone.
+ */
+static void
+lock_queue_to_produce(text *name, PgqGroup *group)
+{
+	for (;;)
+	{
+		PgqGroup	locked;
+
+		CHECK_FOR_INTERRUPTS();
+		lookup_queue(name, group);
+		pgq_check_privilege(group, PGQ_PRIV_PRODUCE);
+		pgq_lock_group(group->ref.group_id, false);
+		lookup_queue(name, &locked);
+		if (locked.ref.group_id == group->ref.group_id &&
+			locked.ref.created_at == group->ref.created_at)
+		{
+			/* a revoke may have committed meanwhile */
+			*group = locked;
+			pgq_check_privilege(group, PGQ_PRIV_PRODUCE);
+			return;
+		}
+		pgq_unlock_group(group->ref.group_id, false);
+	}
+}
+
+/*
  * pgq.create_queue(group_name, mode, lease, max_attempts, backoff,
  *					max_backoff) -> boolean
  *
@@ -357,10 +387,8 @@ pgq_enqueue(PG_FUNCTION_ARGS)
 	pgq_check_not_in_recovery("enqueue");
 
 	pgq_enter(&scope);
-	pgq_lock_group_name(PG_GETARG_TEXT_PP(0), false);
 	SPI_connect();
-	lookup_queue(PG_GETARG_TEXT_PP(0), &group);
-	pgq_check_privilege(&group, PGQ_PRIV_PRODUCE);
+	lock_queue_to_produce(PG_GETARG_TEXT_PP(0), &group);
 	new_item(&item, &group, priority, !PG_ARGISNULL(4),
 			 PG_ARGISNULL(4) ? 0 : PG_GETARG_TIMESTAMPTZ(4));
 	item.key = key;
@@ -463,10 +491,8 @@ pgq_enqueue_many(PG_FUNCTION_ARGS)
 	ids = palloc(Max(n, 1) * sizeof(int64));
 
 	pgq_enter(&scope);
-	pgq_lock_group_name(PG_GETARG_TEXT_PP(0), false);
 	SPI_connect();
-	lookup_queue(PG_GETARG_TEXT_PP(0), &group);
-	pgq_check_privilege(&group, PGQ_PRIV_PRODUCE);
+	lock_queue_to_produce(PG_GETARG_TEXT_PP(0), &group);
 	if (n == 0)
 	{
 		/* nothing to add, but the queue and the privilege were checked */
