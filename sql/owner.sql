@@ -17,6 +17,7 @@ SELECT pgq.pause('ow');
 SELECT pgq.grant('ow', 'regress_ow_worker', 'produce');
 RESET ROLE;
 -- a role without the consume privilege is told that the owner can grant it
+-- (here, it may not use the group at all: it is told nothing more)
 SET ROLE regress_ow_owner;
 SELECT pgq.revoke('ow', 'regress_ow_worker');
 RESET ROLE;
@@ -44,7 +45,10 @@ FROM pgq.dead_blocks;
 RESET ROLE;
 SET ROLE regress_ow_stranger;
 SELECT count(*) FROM pgq.dead_blocks;
+-- as for an id that does not exist (42704; roles.sql)
+\set VERBOSITY sqlstate
 SELECT pgq.retry(:dead);
+\set VERBOSITY default
 RESET ROLE;
 SET ROLE regress_ow_worker;
 SELECT group_name, block_id = :dead AS is_dead FROM pgq.dead_blocks;

@@ -198,7 +198,14 @@ CROSS JOIN LATERAL (
 WHERE g.kind = 'query'
   AND pgq.may_see(g.owner, g.consumers, g.producers);
 
-CREATE OR REPLACE VIEW pgq.workers AS
+-- Advisory-mode workers are registered with the role that registered them,
+-- and pgq.workers shows each role only the workers of roles whose
+-- privileges it has, as pg_stat_activity shows the details of sessions
+-- (superusers and members of pg_read_all_stats see them all).  Workers
+-- registered before the update have no role: only those see them.
+ALTER TABLE pgq.worker_registry ADD COLUMN owner regrole;
+
+CREATE OR REPLACE VIEW pgq.workers WITH (security_barrier) AS
 SELECT w.worker_id,
        w.worker_name,
        w.pid,
@@ -212,14 +219,17 @@ SELECT w.worker_id,
        (SELECT count(*) FROM pg_catalog.pg_locks l
         WHERE l.locktype = 'advisory' AND l.granted
           AND l.database = d.oid AND l.objsubid = d.key
-          AND l.pid = w.pid) AS blocks_held
+          AND l.pid = w.pid) AS blocks_held,
+       w.owner
 FROM pgq.worker_registry w
 CROSS JOIN (SELECT oid,
                    4096 + (SELECT e.oid::bigint % 8192
                            FROM pg_catalog.pg_extension e
                            WHERE e.extname = 'pgq') AS key
             FROM pg_catalog.pg_database
-            WHERE datname = pg_catalog.current_database()) d;
+            WHERE datname = pg_catalog.current_database()) d
+WHERE pg_catalog.pg_has_role(w.owner, 'USAGE')
+   OR pg_catalog.pg_has_role('pg_read_all_stats', 'USAGE');
 
 -- pgq.register_worker() clears out the registrations of its own process id
 -- that its session does not hold (left by a session that is gone), through

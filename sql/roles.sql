@@ -5,13 +5,41 @@
 -- that does not exist; and no call holds a lock that the owner's calls wait
 -- on unless its caller may act on that group.
 CREATE FUNCTION roles_try(sql text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    detail text;
+    hint text;
 BEGIN
     EXECUTE sql;
     RETURN 'ok';
 EXCEPTION WHEN OTHERS THEN
-    RETURN SQLSTATE || ': ' || SQLERRM;
+    GET STACKED DIAGNOSTICS detail = PG_EXCEPTION_DETAIL,
+                            hint = PG_EXCEPTION_HINT;
+    RETURN SQLSTATE || ': ' || SQLERRM
+        || CASE WHEN detail <> '' THEN ' DETAIL: ' || detail ELSE '' END
+        || CASE WHEN hint <> '' THEN ' HINT: ' || hint ELSE '' END;
 END
 $$;
+-- what an expression on an id gives (its value, or its error), with the id
+-- written as N, and whether that is what it gives for an id that no block
+-- or item has
+CREATE FUNCTION roles_eval(expr text, id bigint) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    v text;
+BEGIN
+    EXECUTE format('SELECT (%s)::text', format(expr, id)) INTO v;
+    RETURN regexp_replace(v, '\m' || id || '\M', 'N', 'g');
+EXCEPTION WHEN OTHERS THEN
+    RETURN SQLSTATE || ': ' || regexp_replace(SQLERRM, '\m' || id || '\M', 'N', 'g');
+END
+$$;
+CREATE FUNCTION roles_by_id(expr text, id bigint)
+RETURNS TABLE (result text, as_for_no_id boolean) LANGUAGE sql AS $$
+    SELECT roles_eval(expr, id),
+           roles_eval(expr, id) = roles_eval(expr, id + 1000000)
+$$;
+GRANT EXECUTE ON FUNCTION roles_eval(text, bigint) TO PUBLIC;
+GRANT EXECUTE ON FUNCTION roles_by_id(text, bigint) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION roles_try(text) TO PUBLIC;
 CREATE ROLE regress_r_owner;
 CREATE ROLE regress_r_worker;
@@ -49,7 +77,121 @@ SELECT pgq.revoke('rq_grants', 'regress_r_worker', 'produce');
 SELECT pgq.drop_group('rq_grants');
 RESET ROLE;
 
+-- Names do not leak.  The owner's query group, with a block in flight,
+-- and its queue, with an item claimed and one done; the squatter may use
+-- neither.
+SET ROLE regress_r_owner;
+SELECT pgq.create_group('rg_secret', 'SELECT g FROM generate_series(1, 4) g', 2,
+                        mode => 'lease');
+SELECT pgq.create_queue('rq_secret');
+SELECT pgq.enqueue('rq_secret', '{"secret": 1}') AS item_held \gset
+SELECT pgq.enqueue('rq_secret', '{"secret": 2}') AS item_done \gset
+SELECT count(*) FROM pgq.claim('rq_secret', 2);
+SELECT pgq.complete(:item_done, '{"r": 1}', attempt => 1);
+SELECT block_id AS block FROM pgq.claim('rg_secret') \gset
+SELECT pgq.create_group('rg_adv', 'SELECT g FROM generate_series(1, 4) g', 2,
+                        mode => 'advisory');
+SELECT pgq.register_worker('owner''s worker') AS worker \gset
+SELECT block_id AS adv_block FROM pgq.claim('rg_adv', worker_id => :worker) \gset
+RESET ROLE;
+SET ROLE regress_r_squatter;
+SELECT set_config('roles.sq_worker', pgq.register_worker('squatter''s worker')::text,
+                  false) IS NOT NULL AS registered;
+RESET ROLE;
+-- an id of a group the caller may not see is an id that does not exist
+SET ROLE regress_r_squatter;
+SELECT expr, (roles_by_id(expr, id)).* FROM (VALUES
+    ('pgq.result(%s)', :item_held),
+    ('pgq.result(%s)', :item_done),
+    ('pgq.result(%s)', :block),
+    ('pgq.retry(%s)', :item_done),
+    ('pgq.retry(%s)', :block),
+    ('pgq.complete(%s, attempt => 1)', :item_held),
+    ('pgq.complete(%s, attempt => 1)', :block),
+    ('pgq.complete(%s, ''{}'', attempt => 1)', :block),
+    ('pgq.complete(%s, worker_id => 1)', :block),
+    ('pgq.release(%s, attempt => 1)', :item_held),
+    ('pgq.release(%s, attempt => 1)', :block),
+    ('pgq.fail(%s, ''x'', attempt => 1)', :item_held),
+    ('pgq.fail(%s, ''x'', attempt => 1)', :block),
+    ('pgq.extend(%s, ''1 hour'', attempt => 1)', :item_held),
+    ('pgq.extend(%s, ''1 hour'', attempt => 1)', :block),
+    ('pgq.complete_many(ARRAY[%s], ARRAY[1])', :item_held),
+    ('pgq.complete_many(ARRAY[%s], ARRAY[1])', :block),
+    ('pgq.complete(%s, worker_id => current_setting(''roles.sq_worker'')::bigint)', :adv_block),
+    ('pgq.release(%s, worker_id => current_setting(''roles.sq_worker'')::bigint)', :adv_block),
+    ('pgq.fail(%s, worker_id => current_setting(''roles.sq_worker'')::bigint)', :adv_block),
+    ('pgq.relock(ARRAY[%s], current_setting(''roles.sq_worker'')::bigint)', :adv_block)
+) AS cases(expr, id);
+-- ... and a name tells it that the name is taken, but not by what or whom
+SELECT sql, roles_try(sql) FROM (VALUES
+    ($$SELECT pgq.enqueue('rg_secret', '{}')$$),
+    ($$SELECT pgq.enqueue_many('rg_secret', ARRAY['{}']::jsonb[])$$),
+    ($$SELECT pgq.retry('rg_secret', 'k')$$),
+    ($$SELECT pgq.drop_group('rg_secret')$$),
+    ($$SELECT pgq.drop_group('rq_secret')$$),
+    ($$SELECT pgq.pause('rg_secret')$$),
+    ($$SELECT pgq.resume('rq_secret')$$),
+    ($$SELECT pgq.purge('rq_secret')$$),
+    ($$SELECT pgq.rematerialize('rg_secret')$$),
+    ($$SELECT pgq.grant('rq_secret', 'regress_r_squatter')$$),
+    ($$SELECT * FROM pgq.claim('rg_secret')$$)
+) AS cases(sql);
+RESET ROLE;
+-- nothing happened to them
+SELECT i.item_id = :item_held AS held, i.state, i.attempt, i.result
+FROM pgq.items i JOIN pgq.groups g USING (group_id)
+WHERE g.group_name = 'rq_secret' ORDER BY i.item_id;
+SELECT b.block_id = :block AS held, b.state, b.attempt
+FROM pgq.blocks b JOIN pgq.groups g USING (group_id)
+WHERE g.group_name = 'rg_secret' ORDER BY b.block_id;
+-- a producer sees the queue: what it may not do is named
+SET ROLE regress_r_owner;
+SELECT pgq.grant('rq_secret', 'regress_r_worker', 'produce');
+RESET ROLE;
+SET ROLE regress_r_worker;
+SELECT roles_try(format('SELECT pgq.complete(%s, attempt => 1)', :item_held));
+SELECT state FROM pgq.result(:item_done);
+RESET ROLE;
+
+-- pgq.inflight answers for a group the caller may not see as for one that
+-- does not exist
+SET ROLE regress_r_owner;
+SELECT pgq.create_group('rg_tx', 'SELECT g FROM generate_series(1, 4) g', 2);
+RESET ROLE;
+SELECT group_id AS tx_group, created_at AS tx_created FROM pgq.groups
+WHERE group_name = 'rg_tx' \gset
+BEGIN;
+SET LOCAL ROLE regress_r_owner;
+SELECT count(*) FROM pgq.claim('rg_tx');
+SELECT * FROM pgq.inflight(:tx_group, :'tx_created');
+SET LOCAL ROLE regress_r_squatter;
+SELECT * FROM pgq.inflight(:tx_group, :'tx_created');
+SELECT * FROM pgq.inflight(:tx_group + 1000, :'tx_created');
+ROLLBACK;
+
+-- pgq.workers shows a role its own workers (and those of roles it has the
+-- privileges of), as pg_stat_activity shows sessions; superusers see all
+SET ROLE regress_r_owner;
+SELECT worker_name, alive, blocks_held, owner FROM pgq.workers;
+RESET ROLE;
+SET ROLE regress_r_squatter;
+SELECT worker_name, owner FROM pgq.workers;
+RESET ROLE;
+SELECT worker_name, owner FROM pgq.workers
+WHERE owner IN ('regress_r_owner', 'regress_r_squatter') ORDER BY worker_id;
+SELECT pg_advisory_unlock_all();
+
+SET ROLE regress_r_owner;
+SELECT pgq.drop_group('rg_secret');
+SELECT pgq.drop_group('rq_secret');
+SELECT pgq.drop_group('rg_tx');
+SELECT pgq.drop_group('rg_adv');
+RESET ROLE;
+
 REVOKE ALL ON SCHEMA pgq
     FROM regress_r_owner, regress_r_worker, regress_r_squatter, "Public";
+DROP FUNCTION roles_by_id(text, bigint);
+DROP FUNCTION roles_eval(text, bigint);
 DROP FUNCTION roles_try(text);
 DROP ROLE regress_r_owner, regress_r_worker, regress_r_squatter, "Public";

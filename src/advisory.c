@@ -32,6 +32,7 @@
 
 #include "access/twophase.h"
 #include "access/xact.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "commands/extension.h"
 #include "executor/spi.h"
@@ -41,6 +42,7 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 
 #include "pgq.h"
@@ -1050,9 +1052,9 @@ reserve_worker(void)
 Datum
 pgq_register_worker(PG_FUNCTION_ARGS)
 {
-	Oid			argtypes[2] = {TEXTOID, INT4OID};
-	Datum		values[2];
-	char		nulls[2] = {' ', ' '};
+	Oid			argtypes[3] = {TEXTOID, INT4OID, REGROLEOID};
+	Datum		values[3];
+	char		nulls[3] = {' ', ' ', ' '};
 	int64		worker_id;
 	bool		isnull;
 	int			rc;
@@ -1063,6 +1065,7 @@ pgq_register_worker(PG_FUNCTION_ARGS)
 	values[1] = Int32GetDatum(MyProcPid);
 
 	pgq_enter(&scope);
+	values[2] = ObjectIdGetDatum(pgq_caller);
 	SPI_connect();
 
 	check_installation();
@@ -1072,11 +1075,21 @@ pgq_register_worker(PG_FUNCTION_ARGS)
 		nulls[0] = 'n';
 	else
 		values[0] = PG_GETARG_DATUM(0);
-	rc = SPI_execute_with_args("INSERT INTO pgq.worker_registry "
-							   "(worker_id, worker_name, pid) "
-							   "VALUES (pg_catalog.nextval('pgq.worker_id_seq'), $1, $2) "
-							   "RETURNING worker_id",
-							   2, argtypes, values, nulls, false, 1);
+	/* the registering role: pgq.workers shows a worker to its role only */
+	if (get_attnum(get_relname_relid("worker_registry",
+									 get_namespace_oid("pgq", false)),
+				   "owner") != InvalidAttrNumber)
+		rc = SPI_execute_with_args("INSERT INTO pgq.worker_registry "
+								   "(worker_id, worker_name, pid, owner) "
+								   "VALUES (pg_catalog.nextval('pgq.worker_id_seq'), $1, $2, $3) "
+								   "RETURNING worker_id",
+								   3, argtypes, values, nulls, false, 1);
+	else						/* a database not updated from 0.1 yet */
+		rc = SPI_execute_with_args("INSERT INTO pgq.worker_registry "
+								   "(worker_id, worker_name, pid) "
+								   "VALUES (pg_catalog.nextval('pgq.worker_id_seq'), $1, $2) "
+								   "RETURNING worker_id",
+								   2, argtypes, values, nulls, false, 1);
 	if (rc != SPI_OK_INSERT_RETURNING)
 		elog(ERROR, "could not register worker: %s", SPI_result_code_string(rc));
 	worker_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],

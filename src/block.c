@@ -28,7 +28,8 @@ PG_FUNCTION_INFO_V1(pgq_extend);
 /*
  * Start an operation on a block or item: check the id, connect to SPI, look
  * it up and check that the caller may consume its group.  False (all ended)
- * if there is no such block or item.  end_block_op() ends the others.
+ * if there is no such block or item, or none that the caller may see.
+ * end_block_op() ends the others.
  *
  * A block that the caller's own transaction claimed in transaction mode is
  * deleted, so the lookup cannot find it; it is still a block of a
@@ -39,6 +40,9 @@ static bool
 begin_block_op(FunctionCallInfo fcinfo, const char *what, PgqGroup *group,
 			   PgqScope *scope)
 {
+	int64		group_id;
+	bool		gone;
+
 	pgq_check_arg_not_null(fcinfo, 0, "block_id");
 	pgq_check_not_in_recovery(what);
 	pgq_enter(scope);
@@ -56,10 +60,13 @@ begin_block_op(FunctionCallInfo fcinfo, const char *what, PgqGroup *group,
 		group->mode = PGQ_MODE_TRANSACTION;
 		return true;
 	}
+	/* the block may exist in a group that the caller may not see */
+	gone = !pgq_block_group_id(PG_GETARG_INT64(0), &group_id);
 	SPI_finish();
 	pgq_leave(scope);
 	/* an advisory lock on a block that is gone is of no use any more */
-	pgq_advisory_forget_block(PG_GETARG_INT64(0));
+	if (gone)
+		pgq_advisory_forget_block(PG_GETARG_INT64(0));
 	return false;
 }
 

@@ -622,11 +622,16 @@ pgq_claim(PG_FUNCTION_ARGS)
  * without it), and how many of them the calling transaction holds.  The
  * group_stats view needs both: a block claimed by another transaction is
  * still visible to the caller's snapshot, one claimed by the caller is not.
+ * Every role may call it: for a group that the caller may not see, the
+ * answer is the one for a group that does not exist.
  */
 Datum
 pgq_inflight(PG_FUNCTION_ARGS)
 {
 	PgqGroupRef group;
+	PgqGroup	found;
+	PgqScope	scope;
+	bool		visible;
 	TupleDesc	tupdesc;
 	Datum		values[2];
 	bool		nulls[2] = {false, false};
@@ -638,6 +643,16 @@ pgq_inflight(PG_FUNCTION_ARGS)
 	group.dbid = MyDatabaseId;
 	group.group_id = PG_GETARG_INT64(0);
 	group.created_at = PG_GETARG_TIMESTAMPTZ(1);
+
+	pgq_enter(&scope);
+	SPI_connect();
+	visible = pgq_find_group_id(group.group_id, &found) &&
+		found.ref.created_at == group.created_at &&
+		pgq_may_see_group(&found);
+	SPI_finish();
+	pgq_leave(&scope);
+	if (!visible)
+		group.group_id = 0;		/* no group has it */
 
 	if (pgq_claimed_get(&group, &claimed))
 		values[0] = Int64GetDatum(claimed);

@@ -885,23 +885,12 @@ group_cache_find_id(int64 group_id, PgqGroup *group)
 	return false;
 }
 
-/*
- * Look up the group of a block.  False if there is no such block (consumed,
- * dropped, or never made).  The block is found through the index on
- * block_id without SQL, and its group in the cache if it is there, else with
- * a statement (so inside SPI): every complete, release, fail and extend
- * starts here.
- */
+/* Look a group up by id, inside SPI; false if it does not exist. */
 bool
-pgq_lookup_block(int64 block_id, PgqGroup *group)
+pgq_find_group_id(int64 group_id, PgqGroup *group)
 {
 	static SPIPlanPtr plan = NULL;
-	int64		group_id;
 
-	if (!pgq_block_group_id(block_id, &group_id))
-		return false;
-	if (group_cache_find_id(group_id, group))
-		return true;
 	return lookup_by(&plan,
 					 "SELECT " GROUP_COLUMNS
 					 "FROM pgq.groups g "
@@ -910,8 +899,31 @@ pgq_lookup_block(int64 block_id, PgqGroup *group)
 }
 
 /*
+ * Look up the group of a block.  False if there is no such block (consumed,
+ * dropped, or never made), and for a block of a group that the caller may
+ * not see: ids are handed out in sequence, and must not tell such a caller
+ * which groups exist.  The block is found through the index on block_id
+ * without SQL, and its group in the cache if it is there, else with a
+ * statement (so inside SPI): every complete, release, fail and extend starts
+ * here.
+ */
+bool
+pgq_lookup_block(int64 block_id, PgqGroup *group)
+{
+	int64		group_id;
+
+	if (!pgq_block_group_id(block_id, &group_id))
+		return false;
+	if (!group_cache_find_id(group_id, group) &&
+		!pgq_find_group_id(group_id, group))
+		return false;
+	return pgq_may_see_group(group);
+}
+
+/*
  * Look up the queue of an item, inside SPI.  False if there is no such item
- * (never made, or removed by retention or a drop).
+ * (never made, or removed by retention or a drop), and, as for blocks, for
+ * an item of a queue that the caller may not see.
  */
 bool
 pgq_lookup_item(int64 item_id, PgqGroup *group)
@@ -923,7 +935,8 @@ pgq_lookup_item(int64 item_id, PgqGroup *group)
 					 "FROM pgq.items i JOIN pgq.groups g "
 					 "ON g.group_id " OP("=") " i.group_id "
 					 "WHERE i.item_id " OP("=") " $1",
-					 INT8OID, Int64GetDatum(item_id), group);
+					 INT8OID, Int64GetDatum(item_id), group) &&
+		pgq_may_see_group(group);
 }
 
 /*

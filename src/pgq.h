@@ -216,6 +216,7 @@ extern void pgq_become_owner(const PgqScope *scope);
 extern void pgq_become_caller(const PgqScope *scope);
 extern void pgq_set_privileges(PgqGroup *group, Oid owner, Datum consumers,
 							   Datum producers);
+extern bool pgq_may_see_group(const PgqGroup *group);
 extern void pgq_check_privilege(const PgqGroup *group, PgqPrivilege what);
 
 /* group.c */
@@ -242,6 +243,7 @@ extern int	pgq_execute_fresh(const char *sql, int nargs, Oid *argtypes,
 							  Datum *values);
 extern bool pgq_lookup_block(int64 block_id, PgqGroup *group);
 extern bool pgq_lookup_item(int64 item_id, PgqGroup *group);
+extern bool pgq_find_group_id(int64 group_id, PgqGroup *group);
 
 /* blockscan.c */
 extern Relation pgq_open_rel(const char *name, LOCKMODE lockmode);

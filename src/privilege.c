@@ -173,12 +173,25 @@ pgq_set_privileges(PgqGroup *group, Oid owner, Datum consumers,
 	group->may_produce = group->may_admin || granted_to(role, producers);
 }
 
+/*
+ * May the caller see the group: consume or produce, or own it?  The views
+ * show such groups; for the others, a call that names a group by id acts as
+ * if there were no such id, and one that names it by name learns no more
+ * than that the name is taken.
+ */
+bool
+pgq_may_see_group(const PgqGroup *group)
+{
+	return group->may_consume || group->may_produce || group->may_admin;
+}
+
 /* The name of a privilege, for messages and for pgq.grant(). */
 static const char *const privilege_names[] = {"consume", "produce", "admin"};
 
 /*
  * Error out unless the caller may do "what" with the group.  PGQ_PRIV_USE
- * is either consume or produce.
+ * is either consume or produce.  A caller that may not see the group is
+ * told only that: not what the group is, nor whose.
  */
 void
 pgq_check_privilege(const PgqGroup *group, PgqPrivilege what)
@@ -203,6 +216,11 @@ pgq_check_privilege(const PgqGroup *group, PgqPrivilege what)
 	}
 	if (ok)
 		return;
+	if (!pgq_may_see_group(group))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied for group \"%s\"", group->name),
+				 errhint("The group's owner can grant privileges on it with pgq.grant().")));
 	owner_name = GetUserNameFromId(group->owner, true);
 	if (what != PGQ_PRIV_ADMIN)
 		ereport(ERROR,

@@ -80,11 +80,16 @@ PG_FUNCTION_INFO_V1(pgq_result);
 	"WHERE group_id " OP("=") " $1 AND item_id " OP("=") " $2 " \
 	"AND state " OP("=") " 'd'"
 
-/* Look up a queue by name; an error if there is none, or it is a query group. */
+/*
+ * Look up a queue by name; an error if there is none, or it is a query
+ * group.  A caller that may not see the group does not learn which.
+ */
 static void
 lookup_queue(text *name, PgqGroup *group)
 {
 	pgq_lookup_group_cached(name, group);
+	if (!pgq_may_see_group(group))
+		pgq_check_privilege(group, PGQ_PRIV_USE);
 	if (group->kind != PGQ_KIND_QUEUE)
 		ereport(ERROR,
 				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
@@ -1008,25 +1013,31 @@ wake_returned_groups(int col)
 }
 
 /*
- * Error out unless the caller may consume every queue that the items of ids
- * (a bigint[] Datum) belong to.  The grants are read as committed last, as
- * every other privilege decision reads them (lookup_by()), whatever the
- * transaction's isolation level.
+ * The queues (a bigint[] Datum of group ids) of the items of ids (a
+ * bigint[] Datum) that the caller may consume; an error for a queue that it
+ * may see but not consume.  Items of queues that it may not see are left
+ * out, as if there were no such items.  The grants are read as committed
+ * last, as every other privilege decision reads them (lookup_by()), whatever
+ * the transaction's isolation level.
  */
-static void
-check_consume_all(Datum ids)
+static Datum
+queues_to_complete(Datum ids)
 {
 	Oid			argtypes[1] = {INT8ARRAYOID};
 	Datum		values[1] = {ids};
+	Datum	   *queues;
+	int			n = 0;
 	int			rc;
 
-	rc = pgq_execute_fresh("SELECT group_name, owner, consumers, producers "
+	rc = pgq_execute_fresh("SELECT group_name, owner, consumers, producers, "
+						   "group_id "
 						   "FROM pgq.groups WHERE group_id " OP("=") " ANY (ARRAY("
 						   "SELECT group_id FROM pgq.items "
 						   "WHERE item_id " OP("=") " ANY ($1)))",
 						   1, argtypes, values);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "could not read groups: %s", SPI_result_code_string(rc));
+	queues = palloc(Max(SPI_processed, 1) * sizeof(Datum));
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
 		PgqGroup	group;
@@ -1043,22 +1054,30 @@ check_consume_all(Datum ids)
 										 SPI_tuptable->tupdesc, 3, &isnull),
 						   SPI_getbinval(SPI_tuptable->vals[i],
 										 SPI_tuptable->tupdesc, 4, &isnull));
+		if (!pgq_may_see_group(&group))
+			continue;
 		pgq_check_privilege(&group, PGQ_PRIV_CONSUME);
+		queues[n++] = SPI_getbinval(SPI_tuptable->vals[i],
+									SPI_tuptable->tupdesc, 5, &isnull);
 	}
+	return PointerGetDatum(construct_array(queues, n, INT8OID, sizeof(int64),
+										   FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 }
 
 /*
  * Complete the lease-mode items among the first n ids, each under its
  * attempt and with its result, in one statement, after checking that the
- * caller may consume their queues.  Their ids go to done[*ndone].
+ * caller may consume their queues (items of queues it may not see are left
+ * alone).  Their ids go to done[*ndone].
  */
 static void
 complete_items(ArgArray *ids, ArgArray *attempts, ArgArray *results, int n,
 			   Datum *done, int *ndone)
 {
-	Oid			argtypes[3] = {INT8ARRAYOID, INT4ARRAYOID, JSONBARRAYOID};
-	Datum		values[3];
-	char		nulls[3] = "   ";
+	Oid			argtypes[4] = {INT8ARRAYOID, INT4ARRAYOID, JSONBARRAYOID,
+	INT8ARRAYOID};
+	Datum		values[4];
+	char		nulls[4] = "    ";
 	int			dims[1] = {n};
 	int			lbs[1] = {1};
 	int			rc;
@@ -1079,7 +1098,7 @@ complete_items(ArgArray *ids, ArgArray *attempts, ArgArray *results, int n,
 		values[2] = (Datum) 0;
 		nulls[2] = 'n';
 	}
-	check_consume_all(values[0]);
+	values[3] = queues_to_complete(values[0]);
 	rc = SPI_execute_with_args("UPDATE pgq.items i SET state = 'd', due_at = NULL, "
 							   "result = u.result, "
 							   "finished_at = pg_catalog.clock_timestamp() "
@@ -1090,8 +1109,9 @@ complete_items(ArgArray *ids, ArgArray *attempts, ArgArray *results, int n,
 							   "AND i.state " OP("=") " 'c' "
 							   "AND i.attempt " OP("=") " u.attempt "
 							   "AND g.group_id " OP("=") " i.group_id "
+							   "AND g.group_id " OP("=") " ANY ($4) "
 							   "RETURNING i.item_id, g.group_id, g.created_at",
-							   3, argtypes, values, nulls, false, 0);
+							   4, argtypes, values, nulls, false, 0);
 	if (rc != SPI_OK_UPDATE_RETURNING)
 		elog(ERROR, "could not complete items: %s", SPI_result_code_string(rc));
 	/* no more than one per id, even should rows made by hand share one */
@@ -1116,7 +1136,7 @@ complete_items(ArgArray *ids, ArgArray *attempts, ArgArray *results, int n,
  * looked for first.  Returns the ids completed: those the caller still
  * held.  Only lease-mode claims have state 'c', so claims of other modes are
  * never touched.  The caller must be allowed to consume every group
- * concerned.
+ * concerned that it may see; ids of the others are not held.
  */
 Datum
 pgq_complete_many(PG_FUNCTION_ARGS)
