@@ -236,3 +236,45 @@ WHERE pg_catalog.pg_has_role(w.owner, 'USAGE')
 -- this index, instead of reading pg_locks, whose cost grows with every lock
 -- of the cluster; maintenance passes clear out the rest.
 CREATE INDEX worker_registry_pid_idx ON pgq.worker_registry (pid);
+
+-- create_group and create_queue take owner => : a group or queue of another
+-- role is joined only when owner names that role (or a role its owner is a
+-- member of), so that a role that took a name first cannot have others join
+-- its look-alike group.  The functions are dropped and created again, as an
+-- argument cannot be added in place.
+DROP FUNCTION pgq.create_group(text, text, integer, text, boolean, interval,
+                               integer, interval);
+
+CREATE FUNCTION pgq.create_group(group_name text, query text,
+                                 block_size integer DEFAULT 5000,
+                                 mode text DEFAULT 'transaction',
+                                 async boolean DEFAULT false,
+                                 lease interval DEFAULT '5 minutes',
+                                 max_attempts integer DEFAULT 5,
+                                 timeout interval DEFAULT NULL,
+                                 owner regrole DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'pgq_create_group'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION pgq.create_group(text, text, integer, text, boolean,
+                                     interval, integer, interval, regrole) IS
+'create a group of blocks from a query''s ids; true for the caller that created it';
+
+DROP FUNCTION pgq.create_queue(text, text, interval, integer, interval,
+                               interval);
+
+CREATE FUNCTION pgq.create_queue(group_name text,
+                                 mode text DEFAULT 'lease',
+                                 lease interval DEFAULT '5 minutes',
+                                 max_attempts integer DEFAULT 5,
+                                 backoff interval DEFAULT '10 seconds',
+                                 max_backoff interval DEFAULT '1 hour',
+                                 owner regrole DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'pgq_create_queue'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION pgq.create_queue(text, text, interval, integer, interval,
+                                     interval, regrole) IS
+'create a queue that producers fill with pgq.enqueue; true for the caller that created it';

@@ -90,8 +90,8 @@ SELECT block_id = :item AS the_item, payload FROM pgq.claim('pq1');
 SELECT pgq.complete(:item, '{"done": 1}', attempt => 1);
 SELECT priv_try($$SELECT pgq.drop_group('p1')$$);
 SELECT priv_try($$SELECT pgq.enqueue('pq1', '{}')$$);
--- joining needs consume: the worker may
-SELECT pgq.create_group('p1', 'SELECT id FROM pt', 1);
+-- joining needs consume, and the owner's name: the worker may
+SELECT pgq.create_group('p1', 'SELECT id FROM pt', 1, owner => 'regress_owner');
 RESET ROLE;
 
 SET ROLE regress_producer;

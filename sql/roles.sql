@@ -77,6 +77,89 @@ SELECT pgq.revoke('rq_grants', 'regress_r_worker', 'produce');
 SELECT pgq.drop_group('rq_grants');
 RESET ROLE;
 
+-- Taking a name first.  The squatter creates, before the owner does, a
+-- group with the owner's query text (run as the squatter, it reads the
+-- squatter's table) and a queue with the owner's name, and grants both to
+-- PUBLIC.  The owner's create_group and create_queue must not join them.
+CREATE TABLE pt_roles (id int);
+INSERT INTO pt_roles VALUES (1), (2), (3);
+GRANT SELECT ON pt_roles TO regress_r_owner, regress_r_squatter;
+SET ROLE regress_r_squatter;
+CREATE TEMP TABLE pt_roles (id int);
+INSERT INTO pt_roles VALUES (666);
+SELECT pgq.create_group('rg_taken', 'SELECT id FROM pt_roles', 1);
+SELECT pgq.create_queue('rq_taken');
+SELECT pgq.grant('rg_taken', 'public');
+SELECT pgq.grant('rq_taken', 'public');
+SELECT pgq.grant('rq_taken', 'public', 'produce');
+DROP TABLE pg_temp.pt_roles;
+RESET ROLE;
+SET ROLE regress_r_owner;
+SELECT roles_try($$SELECT pgq.create_group('rg_taken', 'SELECT id FROM pt_roles', 1)$$);
+SELECT roles_try($$SELECT pgq.create_queue('rq_taken')$$);
+-- naming the owner it means: refused too
+SELECT roles_try($$SELECT pgq.create_group('rg_taken', 'SELECT id FROM pt_roles', 1,
+                                           owner => 'regress_r_owner')$$);
+SELECT roles_try($$SELECT pgq.create_queue('rq_taken', owner => 'regress_r_owner')$$);
+-- whose they are, the owner sees in the views
+SELECT group_name, owner, total_ids FROM pgq.group_stats WHERE group_name = 'rg_taken';
+SELECT queue_name, owner FROM pgq.queue_stats WHERE queue_name = 'rq_taken';
+RESET ROLE;
+-- a superuser is no exception
+SELECT roles_try($$SELECT pgq.create_queue('rq_taken')$$);
+SELECT pgq.create_queue('rq_taken', owner => 'regress_r_squatter');
+
+-- The owner's own group and queue, granted to the worker.  A role that may
+-- not use them learns that the name is taken, not what it is nor whose.
+SET ROLE regress_r_owner;
+SELECT pgq.create_group('rg_mine', 'SELECT id FROM pt_roles', 1);
+SELECT pgq.create_queue('rq_mine');
+SELECT pgq.grant('rg_mine', 'regress_r_worker');
+SELECT pgq.grant('rq_mine', 'regress_r_worker', 'produce');
+-- the owner joins its own, silently
+SELECT pgq.create_group('rg_mine', 'SELECT id FROM pt_roles', 1);
+SELECT pgq.create_queue('rq_mine');
+RESET ROLE;
+SET ROLE regress_r_squatter;
+SELECT sql, roles_try(sql) FROM (VALUES
+    ($$SELECT pgq.create_group('rg_mine', 'SELECT id FROM pt_roles', 1)$$),
+    ($$SELECT pgq.create_group('rq_mine', 'SELECT 1')$$),
+    ($$SELECT pgq.create_queue('rq_mine')$$),
+    ($$SELECT pgq.create_queue('rg_mine')$$),
+    ($$SELECT pgq.create_queue('rg_mine', owner => 'regress_r_owner')$$)
+) AS cases(sql);
+RESET ROLE;
+-- the worker may use them: it joins only when it names their owner, and
+-- is told whose they are
+SET ROLE regress_r_worker;
+SELECT roles_try($$SELECT pgq.create_group('rg_mine', 'SELECT id FROM pt_roles', 1)$$);
+SELECT roles_try($$SELECT pgq.create_queue('rq_mine')$$);
+SELECT pgq.create_group('rg_mine', 'SELECT id FROM pt_roles', 1,
+                        owner => 'regress_r_owner');
+SELECT pgq.create_queue('rq_mine', owner => 'regress_r_owner');
+SELECT roles_try($$SELECT pgq.create_group('rg_mine', 'SELECT id FROM pt_roles', 1,
+                                           owner => 'regress_r_squatter')$$);
+SELECT roles_try($$SELECT pgq.create_queue('rq_mine', mode => 'transaction',
+                                           owner => 'regress_r_owner')$$);
+SELECT roles_try($$SELECT pgq.create_queue('rg_mine', owner => 'regress_r_owner')$$);
+-- owner => a role whose group does not exist yet: nothing is created
+SELECT roles_try($$SELECT pgq.create_queue('rq_later', owner => 'regress_r_owner')$$);
+SELECT roles_try($$SELECT pgq.create_group('rg_later', 'SELECT 1',
+                                           owner => 'regress_r_owner')$$);
+RESET ROLE;
+SELECT count(*) FROM pgq.groups WHERE group_name IN ('rq_later', 'rg_later');
+-- owner => a role the caller is a member of: creates, and joins silently
+GRANT regress_r_owner TO regress_r_worker;
+SET ROLE regress_r_worker;
+SELECT pgq.create_queue('rq_later', owner => 'regress_r_owner');
+SELECT pgq.create_queue('rq_later', owner => 'regress_r_owner');
+SELECT pgq.create_group('rg_mine', 'SELECT id FROM pt_roles', 1);
+SELECT queue_name, owner FROM pgq.queue_stats WHERE queue_name = 'rq_later';
+RESET ROLE;
+REVOKE regress_r_owner FROM regress_r_worker;
+SELECT pgq.drop_group(g) FROM unnest('{rg_taken,rq_taken,rg_mine,rq_mine,rq_later}'::text[]) g;
+DROP TABLE pt_roles;
+
 -- Names do not leak.  The owner's query group, with a block in flight,
 -- and its queue, with an item claimed and one done; the squatter may use
 -- neither.

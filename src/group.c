@@ -506,32 +506,33 @@ insert_group(text *name, PgqMode mode, text *query, int block_size,
 }
 
 /*
- * Check that an existing group is the one the caller asked for.  Returns
- * false if the group is gone (dropped since the insert found it).
+ * Check that an existing group, which the caller may join (see
+ * pgq_check_join()), is the one the caller asked for.  Returns false if the
+ * group is gone (dropped since the lookup found it).
  */
 static bool
-check_existing_group(text *name, PgqMode mode, text *query, int block_size,
-					 Interval *lease, int32 max_attempts)
+check_existing_group(const PgqGroup *existing, PgqMode mode, text *query,
+					 int block_size, Interval *lease, int32 max_attempts)
 {
 	Interval   *old_lease;
 	int32		old_max_attempts;
-	Oid			argtypes[1] = {TEXTOID};
+	Oid			argtypes[1] = {INT8OID};
 	Datum		values[1];
 	HeapTuple	tuple;
 	TupleDesc	tupdesc;
-	char	   *groupname = text_to_cstring(name);
+	const char *groupname = existing->name;
 	char	   *old_mode;
 	char	   *old_query;
 	int			old_block_size;
 	bool		isnull;
 	int			rc;
 
-	values[0] = PointerGetDatum(name);
-	rc = SPI_execute_with_args("SELECT mode, query, block_size, lease, max_attempts, "
-							   "kind "
-							   "FROM pgq.groups "
-							   "WHERE group_name " OP("=") " $1",
-							   1, argtypes, values, NULL, false, 1);
+	values[0] = Int64GetDatum(existing->ref.group_id);
+	/* with the fresh snapshot that found it */
+	rc = pgq_execute_fresh("SELECT mode, query, block_size, lease, max_attempts "
+						   "FROM pgq.groups "
+						   "WHERE group_id " OP("=") " $1",
+						   1, argtypes, values);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "could not read group: %s", SPI_result_code_string(rc));
 	if (SPI_processed == 0)
@@ -539,11 +540,6 @@ check_existing_group(text *name, PgqMode mode, text *query, int block_size,
 
 	tuple = SPI_tuptable->vals[0];
 	tupdesc = SPI_tuptable->tupdesc;
-	if (strcmp(SPI_getvalue(tuple, tupdesc, 6), "queue") == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
-				 errmsg("\"%s\" is a queue, not a query group", groupname),
-				 errhint("Use another group name, or drop the queue first with pgq.drop_group().")));
 	old_mode = SPI_getvalue(tuple, tupdesc, 1);
 	old_query = SPI_getvalue(tuple, tupdesc, 2);
 	old_block_size = DatumGetInt32(SPI_getbinval(tuple, tupdesc, 3, &isnull));
@@ -980,12 +976,13 @@ materialize_timeout(FunctionCallInfo fcinfo, bool async)
 
 /*
  * pgq.create_group(group_name, query, block_size, mode, async, lease,
- *					max_attempts, timeout) -> boolean
+ *					max_attempts, timeout, owner) -> boolean
  *
  * True for the caller that created the group, false for every caller that
- * found it existing with the same definition.  Synchronously, the group is
- * materialized when this returns; with async, a pair of background workers
- * materialize it once this transaction commits (see materialize.c).
+ * found it existing with the same definition, and may join it (its own
+ * role's group, or that of the role named by owner).  Synchronously, the
+ * group is materialized when this returns; with async, a pair of background
+ * workers materialize it once this transaction commits (see materialize.c).
  */
 Datum
 pgq_create_group(PG_FUNCTION_ARGS)
@@ -998,6 +995,7 @@ pgq_create_group(PG_FUNCTION_ARGS)
 	Interval   *lease;
 	int32		max_attempts;
 	Interval   *timeout;
+	Oid			owner;
 	int64		group_id;
 	SPIPlanPtr	plan;
 	PgqScope	scope;
@@ -1030,6 +1028,8 @@ pgq_create_group(PG_FUNCTION_ARGS)
 				 errmsg("max_attempts must be at least 1"),
 				 errdetail("The value given is %d.", max_attempts)));
 	timeout = materialize_timeout(fcinfo, async);
+	/* owner => (since 0.2) */
+	owner = PG_NARGS() > 8 && !PG_ARGISNULL(8) ? PG_GETARG_OID(8) : InvalidOid;
 	pgq_check_not_in_recovery("create a group");
 
 	pgq_enter(&scope);
@@ -1042,19 +1042,23 @@ pgq_create_group(PG_FUNCTION_ARGS)
 		group_id = insert_group(name, mode, query, block_size, lease,
 								max_attempts, timeout);
 		if (group_id != 0)
+		{
+			pgq_check_create_owner(name, PGQ_KIND_QUERY, owner);
 			break;
+		}
 
 		/*
-		 * Joining a group is for those who may consume it; nobody else
-		 * learns anything of its definition.
+		 * Joining a group is for those who may consume it, and whose group
+		 * it is or who named its owner; nobody else learns anything of its
+		 * definition.
 		 */
 		if (!pgq_find_group(name, &existing))
 			continue;			/* dropped between our insert and our look */
-		if (existing.kind == PGQ_KIND_QUERY)
-			pgq_check_privilege(&existing, PGQ_PRIV_CONSUME);
-		if (check_existing_group(name, mode, query, block_size, lease,
+		pgq_check_join(&existing, PGQ_KIND_QUERY, owner);
+		if (check_existing_group(&existing, mode, query, block_size, lease,
 								 max_attempts))
 		{
+			pgq_report_join(&existing);
 			SPI_finish();
 			pgq_leave(&scope);
 			PG_RETURN_BOOL(false);

@@ -218,6 +218,10 @@ extern void pgq_set_privileges(PgqGroup *group, Oid owner, Datum consumers,
 							   Datum producers);
 extern bool pgq_may_see_group(const PgqGroup *group);
 extern void pgq_check_privilege(const PgqGroup *group, PgqPrivilege what);
+extern void pgq_check_join(const PgqGroup *existing, PgqGroupKind kind,
+						   Oid owner);
+extern void pgq_report_join(const PgqGroup *existing);
+extern void pgq_check_create_owner(text *name, PgqGroupKind kind, Oid owner);
 
 /* group.c */
 extern SPIPlanPtr pgq_prepare_group_query(const char *query);

@@ -245,6 +245,113 @@ pgq_check_privilege(const PgqGroup *group, PgqPrivilege what)
 			 errhint("Ask a superuser to do it.")));
 }
 
+/* "group" or "queue", for messages about joining one. */
+static const char *
+kind_word(PgqGroupKind kind)
+{
+	return kind == PGQ_KIND_QUEUE ? "queue" : "group";
+}
+
+/*
+ * Error out unless the caller may join an existing group or queue, found
+ * under the name that it asked create_group or create_queue ("kind") to
+ * create; "owner" is their owner argument, InvalidOid for none.
+ *
+ * A name is taken by whoever comes first, so that a group of the name may
+ * be a stranger's, made to look like the one the caller meant (the same
+ * query text, which runs as the stranger, or the same queue settings) and
+ * granted to PUBLIC.  Hence joining takes more than the privilege to use
+ * the group: it must be the caller's own (its owner is the caller or a role
+ * the caller is a member of; superusers are no exception), or owner must
+ * name its owner (or a role its owner is a member of).  A caller that may
+ * not see the group learns only that the name is taken.
+ */
+void
+pgq_check_join(const PgqGroup *existing, PgqGroupKind kind, Oid owner)
+{
+	Oid			role = current_caller();
+	char	   *owner_name;
+
+	if (!pgq_may_see_group(existing))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied for group \"%s\"", existing->name),
+				 errdetail("The name is taken by a group or queue that you may not use."),
+				 errhint("Choose another name, or ask the owner of the group for a grant.")));
+	if (existing->kind != kind)
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 kind == PGQ_KIND_QUERY ?
+				 errmsg("\"%s\" is a queue, not a query group", existing->name) :
+				 errmsg("\"%s\" is a query group, not a queue", existing->name),
+				 errhint("Use another name, or drop the %s first with pgq.drop_group().",
+						 kind_word(existing->kind))));
+	pgq_check_privilege(existing,
+						kind == PGQ_KIND_QUERY ? PGQ_PRIV_CONSUME : PGQ_PRIV_USE);
+
+	owner_name = GetUserNameFromId(existing->owner, true);
+	if (owner_name == NULL)
+		owner_name = "(dropped role)";
+	if (!OidIsValid(owner) && !is_member_of_role_nosuper(role, existing->owner))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("%s \"%s\" belongs to role \"%s\"",
+						kind_word(kind), existing->name, owner_name),
+				 errdetail("A %s of another role is joined only when owner => names its owner.",
+						   kind_word(kind)),
+				 errhint("If you meant to join the %s of %s, pass owner => '%s'; otherwise, choose another name.",
+						 kind_word(kind), owner_name,
+						 quote_identifier(owner_name))));
+	if (OidIsValid(owner) && !is_member_of_role_nosuper(existing->owner, owner))
+	{
+		char	   *wanted = GetUserNameFromId(owner, false);
+
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("%s \"%s\" belongs to role \"%s\", not to \"%s\"",
+						kind_word(kind), existing->name, owner_name, wanted),
+				 errhint("Another role took the name first: choose another name, or drop that %s if it may be dropped.",
+						 kind_word(kind))));
+	}
+}
+
+/*
+ * After the caller joined an existing group or queue: if it is another
+ * role's, say whose, as CREATE ... IF NOT EXISTS names what it found.
+ */
+void
+pgq_report_join(const PgqGroup *existing)
+{
+	char	   *owner_name;
+
+	if (is_member_of_role_nosuper(current_caller(), existing->owner))
+		return;
+	owner_name = GetUserNameFromId(existing->owner, true);
+	ereport(NOTICE,
+			(errmsg("%s \"%s\" of role \"%s\" exists, joining it",
+					kind_word(existing->kind), existing->name,
+					owner_name ? owner_name : "(dropped role)")));
+}
+
+/*
+ * Error out if create_group or create_queue just created a group that was
+ * asked for as another role's: with owner => a role the caller is not a
+ * member of, the caller means to join that role's group, which does not
+ * exist (yet).  The error undoes the creation.
+ */
+void
+pgq_check_create_owner(text *name, PgqGroupKind kind, Oid owner)
+{
+	if (OidIsValid(owner) && !is_member_of_role_nosuper(current_caller(), owner))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("%s \"%s\" of role \"%s\" does not exist",
+						kind_word(kind), text_to_cstring(name),
+						GetUserNameFromId(owner, false)),
+				 errhint("owner => names the role whose %s to join; only that role and its members create it.",
+						 kind_word(kind))));
+}
+
 /* Parse a privilege name given to pgq.grant() or pgq.revoke(). */
 static const char *
 grant_column(text *privilege)

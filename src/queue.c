@@ -129,10 +129,11 @@ lock_queue_to_produce(text *name, PgqGroup *group)
 
 /*
  * pgq.create_queue(group_name, mode, lease, max_attempts, backoff,
- *					max_backoff) -> boolean
+ *					max_backoff, owner) -> boolean
  *
  * True for the caller that created the queue, false for callers that find
- * it with the same settings; other settings under the name are an error.
+ * it with the same settings and may join it (see pgq_check_join()); other
+ * settings under the name are an error.
  */
 Datum
 pgq_create_queue(PG_FUNCTION_ARGS)
@@ -143,7 +144,11 @@ pgq_create_queue(PG_FUNCTION_ARGS)
 	PgqMode		mode;
 	Oid			argtypes[7] = {TEXTOID, TEXTOID, INTERVALOID, INT4OID,
 	INTERVALOID, INTERVALOID, REGROLEOID};
+	Oid			join_argtypes[6] = {INT8OID, TEXTOID, INTERVALOID, INT4OID,
+	INTERVALOID, INTERVALOID};
+	Datum		join_values[6];
 	Datum		values[7];
+	Oid			owner;
 	int			rc;
 	PgqScope	scope;
 
@@ -166,6 +171,8 @@ pgq_create_queue(PG_FUNCTION_ARGS)
 				 errdetail("The value given is %d.", PG_GETARG_INT32(3))));
 	pgq_check_duration("backoff", PG_GETARG_INTERVAL_P(4));
 	pgq_check_duration("max_backoff", PG_GETARG_INTERVAL_P(5));
+	/* owner => (since 0.2) */
+	owner = PG_NARGS() > 6 && !PG_ARGISNULL(6) ? PG_GETARG_OID(6) : InvalidOid;
 	pgq_check_not_in_recovery("create a queue");
 
 	for (int i = 0; i < 6; i++)
@@ -178,8 +185,6 @@ pgq_create_queue(PG_FUNCTION_ARGS)
 	for (;;)
 	{
 		PgqGroup	existing;
-		HeapTuple	tuple;
-		TupleDesc	tupdesc;
 		bool		isnull;
 
 		CHECK_FOR_INTERRUPTS();
@@ -198,6 +203,7 @@ pgq_create_queue(PG_FUNCTION_ARGS)
 			elog(ERROR, "could not insert a queue: %s", SPI_result_code_string(rc));
 		if (SPI_processed == 1)
 		{
+			pgq_check_create_owner(name, PGQ_KIND_QUEUE, owner);
 			/* should this roll back, this backend forgets what it cached */
 			pgq_invalidate_groups();
 			SPI_finish();
@@ -206,39 +212,35 @@ pgq_create_queue(PG_FUNCTION_ARGS)
 		}
 
 		/*
-		 * The name is taken.  Joining a queue is for those who may use it;
-		 * nobody else learns its settings.  Then: by the same queue?
+		 * The name is taken.  Joining a queue is for those who may use it,
+		 * and whose queue it is or who named its owner; nobody else learns
+		 * its settings.  Then: by the same queue?
 		 */
 		if (!pgq_find_group(name, &existing))
 			continue;			/* dropped meanwhile: try again */
-		if (existing.kind == PGQ_KIND_QUEUE)
-			pgq_check_privilege(&existing, PGQ_PRIV_USE);
-		rc = SPI_execute_with_args("SELECT kind, mode " OP("=") " $2, "
-								   "lease " OP("=") " $3 "
-								   "AND max_attempts " OP("=") " $4 "
-								   "AND backoff " OP("=") " $5 "
-								   "AND max_backoff " OP("=") " $6 "
-								   "FROM pgq.groups WHERE group_name " OP("=") " $1",
-								   6, argtypes, values, NULL, false, 1);
+		pgq_check_join(&existing, PGQ_KIND_QUEUE, owner);
+		join_values[0] = Int64GetDatum(existing.ref.group_id);
+		for (int i = 1; i < 6; i++)
+			join_values[i] = values[i];
+		rc = pgq_execute_fresh("SELECT mode " OP("=") " $2 "
+							   "AND lease " OP("=") " $3 "
+							   "AND max_attempts " OP("=") " $4 "
+							   "AND backoff " OP("=") " $5 "
+							   "AND max_backoff " OP("=") " $6 "
+							   "FROM pgq.groups WHERE group_id " OP("=") " $1",
+							   6, join_argtypes, join_values);
 		if (rc != SPI_OK_SELECT)
 			elog(ERROR, "could not read group: %s", SPI_result_code_string(rc));
 		if (SPI_processed == 0)
 			continue;			/* dropped meanwhile: try again */
-		tuple = SPI_tuptable->vals[0];
-		tupdesc = SPI_tuptable->tupdesc;
-		if (strcmp(SPI_getvalue(tuple, tupdesc, 1), "queue") != 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_WRONG_OBJECT_TYPE),
-					 errmsg("\"%s\" is a query group, not a queue",
-							text_to_cstring(name)),
-					 errhint("Use another name, or drop the group first with pgq.drop_group().")));
-		if (!DatumGetBool(SPI_getbinval(tuple, tupdesc, 2, &isnull)) ||
-			!DatumGetBool(SPI_getbinval(tuple, tupdesc, 3, &isnull)))
+		if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
+										SPI_tuptable->tupdesc, 1, &isnull)))
 			ereport(ERROR,
 					(errcode(ERRCODE_DUPLICATE_OBJECT),
 					 errmsg("queue \"%s\" already exists with other settings",
 							text_to_cstring(name)),
 					 errhint("See pgq.queue_stats for its settings, or drop it first with pgq.drop_group().")));
+		pgq_report_join(&existing);
 		SPI_finish();
 		pgq_leave(&scope);
 		PG_RETURN_BOOL(false);

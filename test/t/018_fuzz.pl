@@ -574,6 +574,10 @@ sub call
 
 my $async_budget = 14;
 
+# owner => of create_group and create_queue
+my @owners = ('current_user::regrole', "'fz_user'", "'fz_nobody'", 'NULL',
+	"'pg_monitor'", "'public'", "''", "'\"fz_user\"'", '0::regrole');
+
 sub gen_create_group
 {
 	my $async = pick('false', 'NULL', "'no'", "'maybe'");
@@ -588,7 +592,8 @@ sub gen_create_group
 		[ 'async', $async, $async eq 'true' ? 1 : 0.3 ],
 		[ 'lease', pick(@intervals), 0.4 ],
 		[ 'max_attempts', pick(@int4s, '1', '3'), 0.4 ],
-		[ 'timeout', pick(@intervals), 0.2 ] ]);
+		[ 'timeout', pick(@intervals), 0.2 ],
+		[ 'owner', pick(@owners), 0.2 ] ]);
 	return ('create_group', "SELECT $c");
 }
 
@@ -746,7 +751,8 @@ sub gen_create_queue
 		[ 'lease', pick(@intervals), 0.3 ],
 		[ 'max_attempts', pick(@int4s, '3', '1'), 0.4 ],
 		[ 'backoff', pick(@intervals, "'0'", "'10 seconds'"), 0.4 ],
-		[ 'max_backoff', pick(@intervals, "'0'", "'1 hour'"), 0.4 ] ]);
+		[ 'max_backoff', pick(@intervals, "'0'", "'1 hour'"), 0.4 ],
+		[ 'owner', pick(@owners), 0.2 ] ]);
 	return ('create_queue', "SELECT $c");
 }
 
