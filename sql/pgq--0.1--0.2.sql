@@ -278,3 +278,19 @@ LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION pgq.create_queue(text, text, interval, integer, interval,
                                      interval, regrole) IS
 'create a queue that producers fill with pgq.enqueue; true for the caller that created it';
+
+-- Every group has a NOTIFY channel of its own, a random name that
+-- pgq.channel() tells only the roles that may consume or produce the group.
+-- With pgq.notify on, notifications go there instead of to channel pgq,
+-- where every session heard every group's name, and any session could send
+-- fake ones.  The default gives each existing group its own.
+ALTER TABLE pgq.groups ADD COLUMN channel text NOT NULL
+    DEFAULT ('pgq_' || pg_catalog.translate(pg_catalog.gen_random_uuid()::text, '-', ''));
+
+CREATE FUNCTION pgq.channel(group_name text)
+RETURNS text
+AS 'MODULE_PATHNAME', 'pgq_channel'
+LANGUAGE C VOLATILE STRICT;
+
+COMMENT ON FUNCTION pgq.channel(text) IS
+'the channel to LISTEN on for the group''s notifications (pgq.notify); for roles that may consume or produce it';

@@ -237,6 +237,18 @@ SELECT roles_try(format('SELECT pgq.complete(%s, attempt => 1)', :item_held));
 SELECT state FROM pgq.result(:item_done);
 RESET ROLE;
 
+-- a group's NOTIFY channel is told only to the roles that may use it
+SELECT channel AS rq_channel FROM pgq.groups WHERE group_name = 'rq_secret' \gset
+SELECT pgq.channel('rq_secret') = :'rq_channel' AS superuser_may;
+SET ROLE regress_r_squatter;
+SELECT roles_try($$SELECT pgq.channel('rq_secret')$$);
+SELECT roles_try($$SELECT pgq.channel('rg_secret')$$);
+RESET ROLE;
+SET ROLE regress_r_worker;
+SELECT pgq.channel('rq_secret') = :'rq_channel' AS producer_may;
+SELECT roles_try($$SELECT pgq.channel('rg_secret')$$);
+RESET ROLE;
+
 -- pgq.inflight answers for a group the caller may not see as for one that
 -- does not exist
 SET ROLE regress_r_owner;

@@ -17,19 +17,30 @@
  * Without shared memory (pgq not preloaded) a waiting claim polls.
  *
  * NOTIFY is for clients that LISTEN instead.  It takes a global lock at
- * commit, so it is off unless pgq.notify is on.
+ * commit, so it is off unless pgq.notify is on.  PostgreSQL has no
+ * privileges on channels: any session may LISTEN on any channel, and NOTIFY
+ * on it.  So each group has a channel of its own, a random name kept in
+ * pgq.groups.channel, which pgq.channel() tells only the roles that may use
+ * the group: the others can neither hear of the group's work nor send fake
+ * wake-ups to its listeners.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include "catalog/namespace.h"
+#include "catalog/pg_type.h"
 #include "commands/async.h"
 #include "common/hashfn.h"
+#include "executor/spi.h"
 #include "miscadmin.h"
 #include "storage/condition_variable.h"
 #include "storage/latch.h"
 #include "storage/shmem.h"
+#include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/lsyscache.h"
+#include "utils/snapmgr.h"
 #include "utils/wait_event.h"
 
 #include "pgq.h"
@@ -39,6 +50,8 @@
  * server development install need not have.
  */
 extern bool pq_check_connection(void);
+
+PG_FUNCTION_INFO_V1(pgq_channel);
 
 #define PGQ_WAKE_SLOTS		64
 
@@ -73,7 +86,7 @@ pgq_wait_init(void)
 							PGC_USERSET, GUC_UNIT_MS,
 							NULL, NULL, NULL);
 	DefineCustomBoolVariable("pgq.notify",
-							 "Send NOTIFY pgq, 'group name' when a transaction makes blocks of a group claimable.",
+							 "Send a NOTIFY on the group's channel (pgq.channel()) when a transaction makes blocks of a group claimable.",
 							 "NOTIFY takes a cluster-wide lock at commit.",
 							 &pgq_notify,
 							 false,
@@ -241,14 +254,111 @@ pgq_announce_claimable(const PgqGroupRef *group, const char *group_name)
 	pgq_notify_group(group_name);
 }
 
+/* Does pgq.groups have the channel column (the schema is 0.2 or later)? */
+static bool
+have_channels(void)
+{
+	Oid			relid = get_relname_relid("groups",
+										  get_namespace_oid("pgq", false));
+
+	return get_attnum(relid, "channel") != InvalidAttrNumber;
+}
+
 /*
- * Queue NOTIFY pgq, 'group name' for the end of the current transaction, if
- * pgq.notify is on.  PostgreSQL sends one notification per channel and
- * payload per transaction, however often this is called.
+ * The channel of the named group, as the tables' owner; NULL if there is no
+ * such group (any more).
+ */
+static char *
+group_channel(const char *group_name)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		value = CStringGetTextDatum(group_name);
+	char	   *channel = NULL;
+	int			rc;
+
+	SPI_connect();
+	if (plan == NULL)
+	{
+		Oid			argtypes[1] = {TEXTOID};
+
+		plan = pgq_keep_plan("SELECT channel FROM pgq.groups "
+							 "WHERE group_name " OP("=") " $1",
+							 1, argtypes);
+	}
+	/* groups are read with a fresh snapshot (see lookup_by() in group.c) */
+	rc = SPI_execute_snapshot(plan, &value, NULL, GetLatestSnapshot(),
+							  InvalidSnapshot, false, true, 1);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "could not read group: %s", SPI_result_code_string(rc));
+	if (SPI_processed > 0)
+	{
+		char	   *found = SPI_getvalue(SPI_tuptable->vals[0],
+										 SPI_tuptable->tupdesc, 1);
+
+		/* in the caller's memory: SPI_finish() frees SPI's */
+		if (found != NULL)
+		{
+			channel = SPI_palloc(strlen(found) + 1);
+			strcpy(channel, found);
+		}
+	}
+	SPI_finish();
+	return channel;
+}
+
+/*
+ * Queue a NOTIFY on the group's channel, with the group's name as payload,
+ * for the end of the current transaction, if pgq.notify is on.  PostgreSQL
+ * sends one notification per channel and payload per transaction, however
+ * often this is called.  A database not updated from 0.1 has no channels:
+ * there, the notification goes to channel pgq, as it did in 0.1.  Called
+ * as the owner of pgq's tables.
  */
 void
 pgq_notify_group(const char *group_name)
 {
-	if (pgq_notify)
+	char	   *channel;
+
+	if (!pgq_notify)
+		return;
+	if (!have_channels())
+	{
 		Async_Notify("pgq", group_name);
+		return;
+	}
+	channel = group_channel(group_name);
+	if (channel != NULL)
+		Async_Notify(channel, group_name);
+}
+
+/*
+ * pgq.channel(group_name) -> text  (since 0.2)
+ *
+ * The channel on which pgq notifies the group's listeners: for the roles
+ * that may consume or produce the group.
+ */
+Datum
+pgq_channel(PG_FUNCTION_ARGS)
+{
+	PgqScope	scope;
+	PgqGroup	group;
+	char	   *channel;
+	Datum		result;
+
+	pgq_check_name(PG_GETARG_TEXT_PP(0));
+	pgq_enter(&scope);
+	SPI_connect();
+	pgq_lookup_group(PG_GETARG_TEXT_PP(0), &group);
+	pgq_check_privilege(&group, PGQ_PRIV_USE);
+	channel = group_channel(group.name);
+	if (channel == NULL)		/* dropped since the lookup */
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("group \"%s\" does not exist", group.name)));
+	/* out of SPI's memory, which SPI_finish() frees */
+	result = SPI_datumTransfer(PointerGetDatum(cstring_to_text(channel)),
+							   false, -1);
+	SPI_finish();
+	pgq_leave(&scope);
+	PG_RETURN_DATUM(result);
 }

@@ -3,24 +3,26 @@
 
     listen_consumer.py --group NAME --results TABLE [--dsn DSN] ...
 
-Start it before the group exists: it LISTENs on the channel "pgq" and sleeps
-until a notification names its group, then claims blocks (without waiting in
-the server) until none is claimable, then sleeps again, and exits 0 once the
-group is drained.  consumer.py waits with waiting claims instead
-(pgq.claim(..., wait => ...)), which need no LISTEN connection and work
-through a transaction-pooling PgBouncer; LISTEN needs a session of its own,
-and lets a worker wait for a group that does not exist yet.
+Start it before the group exists: it looks for the group every --poll
+seconds until it exists, then LISTENs on the group's channel
+(pgq.channel(group), which only roles that may use the group can learn) and
+claims blocks (without waiting in the server) until none is claimable, then
+sleeps until a notification comes, and exits 0 once the group is drained.
+consumer.py waits with waiting claims instead (pgq.claim(..., wait =>
+...)), which need no LISTEN connection and work through a transaction-pooling
+PgBouncer; LISTEN needs a session of its own.
 
-pgq sends NOTIFY pgq, '<group name>' only when pgq.notify is on in the
-session that commits the change (set it in postgresql.conf, with ALTER
-SYSTEM or ALTER DATABASE ... SET pgq.notify = on), and only for changes that
-make blocks claimable: creating a group, and in lease and advisory mode a
-pgq.release or pgq.fail.  Nothing announces a transaction-mode consumer that
-rolled back, a lease that ran out, a retry that came due or a completion, so
-the worker also looks again every --recheck seconds while the group is not
-drained.  And since pgq says nothing when the last block is completed, the
-worker that sees the group drained sends pg_notify('pgq', group) itself, so
-that the others, asleep, wake up and exit too.
+pgq sends NOTIFY on the group's channel, with the group's name as payload,
+only when pgq.notify is on in the session that commits the change (set it in
+postgresql.conf, with ALTER SYSTEM or ALTER DATABASE ... SET pgq.notify =
+on), and only for changes that make blocks claimable: creating a group, and
+in lease and advisory mode a pgq.release or pgq.fail.  Nothing announces a
+transaction-mode consumer that rolled back, a lease that ran out, a retry
+that came due or a completion, so the worker also looks again every
+--recheck seconds while the group is not drained.  And since pgq says
+nothing when the last block is completed, the worker that sees the group
+drained sends pg_notify(channel, group) itself, so that the others, asleep,
+wake up and exit too.
 
 Groups in transaction mode (claim, store, COMMIT in one transaction) and in
 lease mode (the claim commits; the results commit with pgq.complete(attempt
@@ -48,6 +50,7 @@ from psycopg import sql
 NAME = f"{socket.gethostname()}-{os.getpid()}"
 stop_requested = False
 notified = set()        # group names the notifications named, not yet seen
+channel = None          # the group's channel, once the group exists
 
 
 def log(msg):
@@ -65,7 +68,7 @@ def on_signal(signum, frame):
 def on_notify(n):
     # called by psycopg whenever a notification arrives, during any statement
     # or in wait() below
-    if n.channel == "pgq":
+    if n.channel == channel:
         notified.add(n.payload)
 
 
@@ -139,23 +142,45 @@ def store(conn, table, block_id, results):
                  .format(table), [results, block_id])
 
 
+def listen(conn, group):
+    """LISTEN on the group's channel; False if the group does not exist."""
+    global channel
+    try:
+        found = conn.execute("SELECT pgq.channel(%s)", [group]).fetchone()[0]
+    except psycopg.errors.UndefinedObject:
+        found = None
+    if found != channel:
+        if channel is not None:
+            conn.execute(sql.SQL("UNLISTEN {}").format(sql.Identifier(channel)))
+        channel = found
+        if channel is not None:
+            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+    return channel is not None
+
+
 def run(conn, args, wakeup_fd):
     """Consume until drained or stopped: 'drained' or 'stopped'."""
+    global channel
     table = sql.Identifier(*args.results.split("."))
     conn.add_notify_handler(on_notify)
-    conn.execute("LISTEN pgq")
+    channel = None              # a new session listens on nothing yet
     # our own pgq.fail calls (lease mode) then notify the other workers
     conn.execute("SET pgq.notify = on")
     said_waiting = False
     while not stop_requested:
         # forget what was announced so far: this round looks at everything
         notified.discard(args.group)
-        row = conn.execute("SELECT mode FROM pgq.group_stats WHERE group_name = %s",
-                           [args.group]).fetchone()
+        row = None
+        if listen(conn, args.group):
+            row = conn.execute("SELECT mode FROM pgq.group_stats WHERE group_name = %s",
+                               [args.group]).fetchone()
         if row is None:
             if not said_waiting:
-                log(f"waiting for group {args.group} to be created (LISTEN pgq)")
+                log(f"waiting for group {args.group} to be created")
                 said_waiting = True
+            # no channel to listen on yet: look again in --poll seconds
+            wait(conn, wakeup_fd, args.group, min(args.poll, args.recheck))
+            continue
         elif row[0] not in ("transaction", "lease"):
             log(f"group {args.group} is in {row[0]} mode: use consumer.py")
             return "error"
@@ -172,7 +197,7 @@ def run(conn, args, wakeup_fd):
                                  [args.group]).fetchone()
             if state is not None and state[0] == "drained":
                 # nothing tells the others that the last block is done: we do
-                conn.execute("SELECT pg_notify('pgq', %s)", [args.group])
+                conn.execute("SELECT pg_notify(%s, %s)", [channel, args.group])
                 return "drained"
             log(f"nothing claimable in group {args.group}: waiting for a notification")
         # sleep until a notification names the group (one that came in while
@@ -193,6 +218,9 @@ def main():
     p.add_argument("--dsn", default="", help="libpq connection string or URI")
     p.add_argument("--recheck", type=float, default=10,
                    help="seconds between looks at the group without a notification "
+                        "(default %(default)s)")
+    p.add_argument("--poll", type=float, default=1,
+                   help="seconds between looks for the group while it does not exist "
                         "(default %(default)s)")
     p.add_argument("--name", help="worker name (default: host name and process id)")
     args = p.parse_args()

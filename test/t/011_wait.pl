@@ -11,8 +11,9 @@
 #   went away (its backend goes, however long that takes: no time asserted).
 # - The recheck interval catches what nobody announces: a lease that runs
 #   out, a retry that comes due.
-# - With pgq.notify on, a LISTENing psql gets one notification per group per
-#   transaction, with the group's name as payload; with it off, none.
+# - With pgq.notify on, a psql LISTENing on a group's channel
+#   (pgq.channel()) gets one notification per group per transaction, with
+#   the group's name as payload; with it off, none; on channel pgq, none.
 # - Without shared_preload_libraries a waiting claim still works (it polls)
 #   and says so once in the server log.
 
@@ -311,9 +312,11 @@ $node->safe_psql('postgres',
 	$l->query_ok('LISTEN pgq;');
 	my $n = new_session($node, 'notifier');
 	my $npid = $n->pid;
+	my %channel_of;
 
 	# notifications psql printed since the last call, as "payload" strings
-	# (the sender's pid checked); a round trip on the listener first
+	# (the sender's pid and the payload's group's channel checked); a round
+	# trip on the listener first
 	my $received = sub {
 		my $out = $l->query_ok('SELECT 1;');
 		my @got;
@@ -321,10 +324,14 @@ $node->safe_psql('postgres',
 		{
 			next if $line eq '1';
 			if ($line =~
-				/^Asynchronous notification "pgq" with payload "(.*)" received from server process with PID (\d+)\.$/
+				/^Asynchronous notification "(.*)" with payload "(.*)" received from server process with PID (\d+)\.$/
 			  )
 			{
-				push @got, $2 == $npid ? $1 : "$1 from pid $2";
+				my $got = $2;
+				$got .= " on channel $1"
+				  unless defined $channel_of{$2} && $1 eq $channel_of{$2};
+				$got .= " from pid $3" unless $3 == $npid;
+				push @got, $got;
 			}
 			else
 			{
@@ -334,26 +341,38 @@ $node->safe_psql('postgres',
 		return \@got;
 	};
 
-	$n->query_ok(
+	# run $sql, which creates group $name, in a transaction of the notifier,
+	# and have the listener LISTEN on the group's channel before it commits
+	my $create = sub {
+		my ($name, $sql) = @_;
+		$n->query_ok("BEGIN; $sql");
+		$channel_of{$name} = $n->query_ok("SELECT pgq.channel('$name');");
+		$l->query_ok(qq{LISTEN "$channel_of{$name}";});
+	};
+
+	$create->('nf_off',
 		"SELECT pgq.create_group('nf_off', 'SELECT g FROM generate_series(1, 4) g', 2, mode => 'lease');"
 	);
+	$n->query_ok('COMMIT;');
 	$n->query_ok(
 		"SELECT pgq.release(block_id, attempt => attempt) FROM pgq.claim('nf_off');");
 	is_deeply($received->(), [], 'pgq.notify off: no notification');
 
 	$n->query_ok('SET pgq.notify = on;');
-	$n->query_ok(
+	$create->('nf_l',
 		"SELECT pgq.create_group('nf_l', 'SELECT g FROM generate_series(1, 4) g', 2, mode => 'lease');"
 	);
+	$n->query_ok('COMMIT;');
 	is_deeply($received->(), ['nf_l'],
 		'creating a group with blocks: one notification, payload the group name');
 	$n->query_ok(
 		"SELECT pgq.release(block_id, attempt => attempt) FROM pgq.claim('nf_l');");
 	is_deeply($received->(), ['nf_l'], 'a lease release: one notification');
 
-	$n->query_ok(
+	$create->('nf_a',
 		"SELECT pgq.create_group('nf_a', 'SELECT g FROM generate_series(1, 4) g', 2, mode => 'advisory');"
 	);
+	$n->query_ok('COMMIT;');
 	my $w = $n->query_ok("SELECT pgq.register_worker('n');");
 	is_deeply($received->(), ['nf_a'], 'creating an advisory group: one');
 	$n->query_ok(
@@ -361,12 +380,11 @@ $node->safe_psql('postgres',
 	);
 	is_deeply($received->(), ['nf_a'], 'an advisory release: one notification');
 
-	$n->query_ok(
-		"BEGIN;
-		 SELECT pgq.release(block_id, attempt => attempt) FROM pgq.claim('nf_l', max_blocks => 2);
+	$create->('nf_t',
+		"SELECT pgq.release(block_id, attempt => attempt) FROM pgq.claim('nf_l', max_blocks => 2);
 		 SELECT pgq.release(block_id, worker_id => $w) FROM pgq.claim('nf_a', max_blocks => 2, worker_id => $w);
-		 SELECT pgq.create_group('nf_t', 'SELECT 1');
-		 COMMIT;");
+		 SELECT pgq.create_group('nf_t', 'SELECT 1');");
+	$n->query_ok('COMMIT;');
 	is_deeply(
 		$received->(),
 		[qw(nf_l nf_a nf_t)],
@@ -379,7 +397,8 @@ $node->safe_psql('postgres',
 	$n->query_ok(
 		"SELECT pgq.release(block_id, worker_id => $w) FROM pgq.claim('nf_a', worker_id => $w);"
 	);
-	$n->query_ok("SELECT pgq.create_group('nf_off2', 'SELECT 1');");
+	$create->('nf_off2', "SELECT pgq.create_group('nf_off2', 'SELECT 1');");
+	$n->query_ok('COMMIT;');
 	is_deeply($received->(), [], 'pgq.notify off again: none');
 	$n->close;
 	$l->close;

@@ -912,6 +912,11 @@ sub gen_rematerialize
 	return ('rematerialize', "SELECT pgq.rematerialize($name)");
 }
 
+sub gen_channel
+{
+	return ('channel', 'SELECT pgq.channel(' . name_arg() . ')');
+}
+
 sub gen_has_group_privilege
 {
 	return ('has_group_privilege', 'SELECT pgq.has_group_privilege('
@@ -962,6 +967,7 @@ my %generator_of = (
 	may_see => [ \&gen_may_see, 1 ], pause => [ \&gen_pause, 2 ],
 	purge => [ \&gen_purge, 2 ], rematerialize => [ \&gen_rematerialize, 1 ],
 	has_group_privilege => [ \&gen_has_group_privilege, 1 ],
+	channel => [ \&gen_channel, 1 ],
 	blocks_inflight => [ \&gen_blocks_inflight, 1 ]);
 my %installed = map { $_ => 1 } @pgq_functions;
 my @generators = (
