@@ -131,16 +131,19 @@ _PG_init(void)
 							NULL, NULL, NULL);
 	pgq_materialize_define_settings();
 	pgq_quota_init();
+	pgq_xact_init();
+	pgq_advisory_init();
+	pgq_wait_init();
 
+	/*
+	 * Last, once every setting is defined: this removes the placeholders of
+	 * pgq.* names still undefined, with the values postgresql.conf gave them.
+	 */
 #if PG_VERSION_NUM >= 150000
 	MarkGUCPrefixReserved("pgq");
 #else
 	EmitWarningsOnPlaceholders("pgq");
 #endif
-
-	pgq_xact_init();
-	pgq_advisory_init();
-	pgq_wait_init();
 }
 
 /*
