@@ -238,10 +238,7 @@ pgq_check_privilege(const PgqGroup *group, PgqPrivilege what)
 			 errdetail("Only the group's owner, %s, and its members may do this.",
 					   owner_name ? owner_name : "(dropped role)"),
 			 owner_name ?
-			 errhint("Ask %s or a superuser to do it.  Members of role %s may do it too (GRANT %s TO %s).",
-					 owner_name, owner_name, quote_identifier(owner_name),
-					 quote_identifier(GetUserNameFromId(current_caller(),
-														false))) :
+			 errhint("Ask %s or a superuser to do it.", owner_name) :
 			 errhint("Ask a superuser to do it.")));
 }
 
