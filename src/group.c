@@ -20,7 +20,6 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "commands/sequence.h"
-#include "common/hashfn.h"
 #include "executor/executor.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
