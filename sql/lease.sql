@@ -189,7 +189,9 @@ SELECT pgq.extend(:t0, '1 minute', attempt => 1);
 SELECT pending, claimed, done FROM pgq.group_stats WHERE group_name = 't';
 
 -- a claim outside a transaction block commits asynchronously, but a
--- complete in the same transaction makes the commit durable again
+-- complete in the same transaction makes the commit durable again.  The
+-- setting changes at commit only: statements see the session's
+-- (test/t/040_lease_durability.pl crashes the server to check the commits)
 SELECT pgq.create_group('d', 'SELECT g FROM generate_series(1, 2) g', 1,
                         mode => 'lease');
 SELECT current_setting('synchronous_commit') AS claim_alone
@@ -212,7 +214,8 @@ FROM pgq.claim('k', complete => :k0, attempt => :a0);
 SELECT block_id - :k0 AS rel, state, attempt FROM pgq.blocks
 WHERE block_id BETWEEN :k0 AND :k0 + 3 ORDER BY block_id;
 -- a block the caller does not hold (a wrong attempt): a warning, nothing
--- changes, and the claim goes on (asynchronously again: nothing was written)
+-- changes, and the claim goes on (to commit asynchronously again: nothing
+-- was written)
 SELECT block_id - :k0 AS rel, attempt,
        current_setting('synchronous_commit') AS sync
 FROM pgq.claim('k', complete => :k0 + 1, attempt => 7);
@@ -276,14 +279,16 @@ SELECT pgq.create_group('u', 'SELECT g FROM generate_series(1, 6) g', 1,
 SELECT min(block_id) AS u0 FROM pgq.blocks JOIN pgq.groups USING (group_id)
 WHERE group_name = 'u' \gset
 SELECT block_id - :u0 AS rel, attempt FROM pgq.claim('u');
-UPDATE pgq.blocks SET state = 'c', attempt = 1,
+UPDATE pgq.blocks SET state = 'c', attempt = 1, tries = 1,
+                      epoch = (SELECT epoch FROM pgq.blocks WHERE block_id = :u0),
                       lease_until = now() - interval '1 second'
 WHERE block_id = :u0 + 4;
 SELECT block_id - :u0 AS rel, attempt FROM pgq.claim('u');
 -- a retry made due by hand beyond it, in a transaction that then claims:
 -- its own look walks that far before the commit
 BEGIN;
-UPDATE pgq.blocks SET state = 'r', attempt = 1,
+UPDATE pgq.blocks SET state = 'r', attempt = 1, tries = 1,
+                      epoch = (SELECT epoch FROM pgq.blocks WHERE block_id = :u0),
                       lease_until = now() - interval '1 second'
 WHERE block_id = :u0 + 5;
 SELECT block_id - :u0 AS rel, attempt FROM pgq.claim('u');

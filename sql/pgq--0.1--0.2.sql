@@ -73,6 +73,22 @@ CREATE INDEX items_item_id_idx ON pgq.items (item_id);
 DROP INDEX pgq.blocks_block_id_idx;
 CREATE INDEX blocks_block_id_idx ON pgq.blocks (block_id);
 
+-- Lease attempt numbers are fencing tokens: once handed out, a number is
+-- never handed out again for that block, across crashes, restarts and
+-- promotions, although a transaction that only claims commits
+-- asynchronously.  A claim records in epoch the epoch of the server's run
+-- in which it was made, taken from epoch_seq once per run and database and
+-- made durable before use; a claim of a block whose number comes from an
+-- earlier run skips the numbers that a claim lost in a crash may have had
+-- (lease.c).  max_attempts counts claims in tries, since numbers may skip;
+-- pgq.retry() sets tries back to 0 and keeps the number.  Both are NULL in
+-- a block never claimed since it was made (blocks are written through the
+-- table AM, without defaults) or since the update.
+CREATE SEQUENCE pgq.epoch_seq AS integer;
+SELECT pg_catalog.pg_extension_config_dump('pgq.epoch_seq', '');
+ALTER TABLE pgq.blocks ADD COLUMN tries integer, ADD COLUMN epoch integer;
+UPDATE pgq.blocks SET tries = attempt WHERE attempt <> 0;
+
 -- Lease claims are HOT updates: no index names a column that a claim changes
 -- (state, attempt, lease_until), and more than half of each page is kept
 -- free for the new row versions of a claim of many blocks (a claimed block's

@@ -98,6 +98,7 @@ static OwnRel own_rels[] = {
 	{"items", RELKIND_RELATION, InvalidOid},
 	{"items_key_idx", RELKIND_INDEX, InvalidOid},
 	{"block_id_seq", RELKIND_SEQUENCE, InvalidOid},
+	{"epoch_seq", RELKIND_SEQUENCE, InvalidOid},
 };
 static uint64 own_rels_generation = 0;
 

@@ -313,6 +313,12 @@ write_block(PgqBlockWriter *writer)
 	slot->tts_values[Anum_blocks_attempt - 1] = Int32GetDatum(0);
 	for (int i = Anum_blocks_group_id; i <= Anum_blocks_attempt; i++)
 		slot->tts_isnull[i - 1] = false;
+	/* the epoch that a lease claim's attempt number counts from (lease.c) */
+	if (natts >= Anum_blocks_epoch)
+	{
+		slot->tts_values[Anum_blocks_epoch - 1] = Int32GetDatum(pgq_lease_epoch());
+		slot->tts_isnull[Anum_blocks_epoch - 1] = false;
+	}
 	ExecStoreVirtualTuple(slot);
 
 	table_tuple_insert(rel, slot, GetCurrentCommandId(true), 0, NULL);

@@ -22,14 +22,25 @@
  */
 #include "postgres.h"
 
-#include "access/xact.h"
+#include "access/relation.h"
+#include "access/sysattr.h"
 #include "access/tableam.h"
+#include "access/transam.h"
+#include "access/xact.h"
+#include "access/xlog.h"
 #include "catalog/pg_type.h"
+#include "commands/sequence.h"
 #include "executor/executor.h"
+#include "executor/instrument.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
+#include "replication/syncrep.h"
+#include "storage/bufmgr.h"
+#include "storage/shmem.h"
+#include "storage/spin.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
@@ -37,58 +48,349 @@
 
 
 /*
- * A claim made outside a transaction block commits asynchronously: a claim
- * lost in a crash only offers its block again.  The setting it changed,
- * whether it did so in the current transaction, and whether the transaction
- * wrote something that must be durable (then no later claim in it switches
- * the setting, as in pgq.claim(..., complete => ...)).
+ * Lease claims and durability
+ *
+ * A transaction whose only writes are lease claims, outside a transaction
+ * block, commits asynchronously: that is what makes a claim cheap.  The
+ * decision is made when the transaction commits (pre-commit), as
+ * RecordTransactionCommit() reads synchronous_commit only then: any other
+ * write of the transaction, before or after the claim (an INSERT ... SELECT
+ * FROM pgq.claim(), a complete), keeps the commit as durable as the caller
+ * asked.  A write shows as an assigned transaction id before the first
+ * claim, and as WAL records written between or after claims: every write
+ * that a crash would not lose writes WAL (writes to temporary and unlogged
+ * tables are lost anyway).  WAL that is no write (pruning a page during a
+ * scan) makes the commit durable too, which is only slower.
+ *
+ * A claim lost in a crash must not let its attempt number be handed out
+ * again.  Numbers are kept unique with an epoch: pgq.epoch_seq, taken once
+ * per run of the server and database and made durable (WAL flushed, and
+ * sent to the synchronous standbys that commits wait for) before anything
+ * uses it.  A run is what lies between two starts of the server; a crash
+ * restart and a promotion count as starts.  (A start after a clean shutdown
+ * need not move the epoch, but this run cannot tell whether the run that
+ * took the last epoch ended cleanly.)  A block records the epoch in which
+ * its number was set, or it was made (pgq.blocks.epoch).  Two rules bound
+ * what a crash can lose:
+ *
+ * - A claim of a block that was claimed before waits until the commit that
+ *   wrote the block's current row version is durable.  So at most one
+ *   number per block is not durable at any time: the last one.
+ * - A claim of a block whose epoch is older than the run's skips one
+ *   number per epoch since: attempt + 1 + (epoch - the block's epoch).  A
+ *   run that began after the block's epoch lost at most attempt + 1 + (its
+ *   epoch - the block's epoch), and the epochs only grow.
+ *
+ * max_attempts counts claims (pgq.blocks.tries), not numbers.  A database
+ * still at 0.1 has neither column: there every lease claim commits durably
+ * (the numbers handed out by a commit that is still in flight at a crash
+ * can then come again).
  */
-static char sync_commit_before[32];
-static bool async_claim_xact = false;
-static bool durable_xact = false;
+static bool claim_xact = false;		/* a claim outside a transaction block */
+static bool other_writes = false;	/* ... and writes of the caller's own */
+static bool durable_xact = false;	/* complete, release, fail */
+static int64 claim_wal_mark = 0;	/* WAL records written when the last
+									 * claim ended */
+
+/* An epoch per database and run of the server, in shared memory. */
+#define PGQ_EPOCH_SLOTS 64
+
+typedef struct PgqEpochSlot
+{
+	Oid			dbid;
+	Oid			seqid;			/* pgq.epoch_seq: a new extension starts over */
+	int32		epoch;
+} PgqEpochSlot;
+
+typedef struct PgqEpochShared
+{
+	slock_t		mutex;
+	PgqEpochSlot slots[PGQ_EPOCH_SLOTS];
+} PgqEpochShared;
+
+static PgqEpochShared *epoch_shared = NULL;
 
 /*
- * Complete, release and fail are durable: if a claim in the same
- * transaction made its commit asynchronous, put the setting back.
+ * This backend's epoch (of pgq.epoch_seq my_epoch_seq), valid for the
+ * backend's life: a crash restart ends every backend.  Without shared memory,
+ * or once its slots are taken by other databases, each backend takes an
+ * epoch of its own, which only skips more numbers.
+ */
+static Oid	my_epoch_seq = InvalidOid;
+static int32 my_epoch = 0;
+
+/* The latest commit that this claim's numbers wait for (see above). */
+static bool reclaimed = false;
+static XLogRecPtr reclaimed_lsn = InvalidXLogRecPtr;
+
+/* Size of the epoch slots, for the shmem request. */
+Size
+pgq_lease_shmem_size(void)
+{
+	return MAXALIGN(sizeof(PgqEpochShared));
+}
+
+/*
+ * Attach to (or, in the postmaster, create) the epoch slots.  Called from
+ * the shmem_startup_hook with AddinShmemInitLock held.
+ */
+void
+pgq_lease_shmem_init(void)
+{
+	bool		found;
+
+	epoch_shared = ShmemInitStruct("pgq lease epochs", sizeof(PgqEpochShared),
+								   &found);
+	if (!found)
+	{
+		SpinLockInit(&epoch_shared->mutex);
+		memset(epoch_shared->slots, 0, sizeof(epoch_shared->slots));
+	}
+}
+
+/*
+ * Wait until the WAL up to "lsn" is flushed, and received by the
+ * synchronous standbys that the caller's synchronous_commit waits for at
+ * commit: what a durable commit waits for.  With an invalid "lsn", only for
+ * the standbys, up to what is flushed here.
+ */
+static void
+make_durable(XLogRecPtr lsn)
+{
+	if (XLogRecPtrIsInvalid(lsn))
+		lsn = GetFlushRecPtr(NULL);
+	else
+		XLogFlush(lsn);
+	HOLD_INTERRUPTS();
+	SyncRepWaitForLSN(lsn, false);
+	RESUME_INTERRUPTS();
+}
+
+/*
+ * The end of the WAL record that last changed a sequence: what makes the
+ * values it handed out durable, also those handed out by later nextval()
+ * calls that wrote no record of their own.  (The insert position is no
+ * flush target: on a page boundary it points past the page header, beyond
+ * any record.)
+ */
+static XLogRecPtr
+sequence_lsn(Oid seqid)
+{
+	Relation	rel = relation_open(seqid, AccessShareLock);
+	Buffer		buf = ReadBuffer(rel, 0);
+	XLogRecPtr	lsn;
+
+	LockBuffer(buf, BUFFER_LOCK_SHARE);
+	lsn = PageGetLSN(BufferGetPage(buf));
+	UnlockReleaseBuffer(buf);
+	relation_close(rel, AccessShareLock);
+	return lsn;
+}
+
+/*
+ * Know the epoch of this run for pgq.epoch_seq "seqid": from shared memory,
+ * or taken by the first caller of the run (made durable first).  Callers
+ * that race to take it may take one each; the first to publish wins, and
+ * the others' numbers are skipped.
+ */
+static void
+know_epoch(Oid seqid)
+{
+	int64		value;
+	PgqEpochSlot *free_slot = NULL;
+
+	if (my_epoch_seq == seqid)
+		return;
+	if (epoch_shared != NULL)
+	{
+		bool		found = false;
+
+		SpinLockAcquire(&epoch_shared->mutex);
+		for (int i = 0; i < PGQ_EPOCH_SLOTS; i++)
+		{
+			PgqEpochSlot *slot = &epoch_shared->slots[i];
+
+			if (slot->dbid == MyDatabaseId && slot->seqid == seqid)
+			{
+				my_epoch = slot->epoch;
+				found = true;
+				break;
+			}
+		}
+		SpinLockRelease(&epoch_shared->mutex);
+		if (found)
+		{
+			my_epoch_seq = seqid;
+			return;
+		}
+	}
+
+	/* the sequence is an integer one: an error before it goes too far */
+	value = nextval_internal(seqid, false);
+	make_durable(sequence_lsn(seqid));
+
+	if (epoch_shared != NULL)
+	{
+		bool		found = false;
+
+		SpinLockAcquire(&epoch_shared->mutex);
+		for (int i = 0; i < PGQ_EPOCH_SLOTS; i++)
+		{
+			PgqEpochSlot *slot = &epoch_shared->slots[i];
+
+			if (slot->dbid == MyDatabaseId && slot->seqid == seqid)
+			{
+				/* another caller was first */
+				value = slot->epoch;
+				found = true;
+				break;
+			}
+			/* an empty slot, or one of an extension dropped since */
+			if (free_slot == NULL &&
+				(slot->dbid == InvalidOid || slot->dbid == MyDatabaseId))
+				free_slot = slot;
+		}
+		if (!found && free_slot != NULL)
+		{
+			free_slot->dbid = MyDatabaseId;
+			free_slot->seqid = seqid;
+			free_slot->epoch = (int32) value;
+		}
+		SpinLockRelease(&epoch_shared->mutex);
+	}
+	my_epoch = (int32) value;
+	my_epoch_seq = seqid;
+}
+
+/*
+ * The epoch to record in a block made now (a database at 0.2), for
+ * materialization: see the rules above.
+ */
+int32
+pgq_lease_epoch(void)
+{
+	know_epoch(pgq_rel_oid("epoch_seq"));
+	return my_epoch;
+}
+
+/*
+ * The attempt number of a new claim of a block whose row version has
+ * "attempt", "epoch" (NULL in blocks made before the update from 0.1) and
+ * "xmin" (see the rules above).  Notes what the claim must wait for before
+ * its numbers are handed out.
+ */
+static int32
+next_attempt(int32 attempt, bool epoch_isnull, int32 epoch, TransactionId xmin)
+{
+	int64		next = (int64) attempt + 1;
+
+	/* the claim before this one must be durable first */
+	if (attempt > 0)
+	{
+		if (TransactionIdIsNormal(xmin))
+		{
+			XLogRecPtr	lsn = TransactionIdGetCommitLSN(xmin);
+
+			if (lsn > reclaimed_lsn)
+				reclaimed_lsn = lsn;
+		}
+		reclaimed = true;
+	}
+
+	if (epoch_isnull)
+		next += my_epoch;
+	else if (epoch < my_epoch)
+		next += my_epoch - epoch;
+	if (next > PG_INT32_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("attempt number out of range")));
+	return (int32) next;
+}
+
+/*
+ * Wait for what next_attempt() noted: the claims before this one of the
+ * blocks it took again.
+ */
+static void
+wait_reclaimed(void)
+{
+	if (reclaimed)
+		make_durable(reclaimed_lsn);
+	reclaimed = false;
+	reclaimed_lsn = InvalidXLogRecPtr;
+}
+
+/*
+ * Complete, release and fail are durable: the transaction that made them
+ * commits as the caller's setting says, even if it also claimed.
  */
 void
 pgq_lease_durable(void)
 {
 	durable_xact = true;
-	if (async_claim_xact)
-	{
-		(void) set_config_option("synchronous_commit", sync_commit_before,
-								 PGC_USERSET, PGC_S_SESSION,
-								 GUC_ACTION_LOCAL, true, 0, false);
-		async_claim_xact = false;
-	}
 }
 
 /*
- * A lease claim outside a transaction block: make its commit asynchronous
- * (complete, release and fail put the setting back).
+ * A lease claim (or a lease-mode queue's) begins.  Outside a transaction
+ * block, its transaction may commit asynchronously if it writes nothing
+ * else: note whether it wrote before.
  */
 void
 pgq_lease_claim_async(void)
 {
-	if (!IsTransactionBlock() && !async_claim_xact && !durable_xact)
+	if (IsTransactionBlock())
+		return;
+	if (!claim_xact)
 	{
-		const char *current = GetConfigOption("synchronous_commit", false, false);
+		claim_xact = true;
+		other_writes = TransactionIdIsValid(GetTopTransactionIdIfAny());
+	}
+	else if (pgWalUsage.wal_records != claim_wal_mark)
+		other_writes = true;
+	claim_wal_mark = pgWalUsage.wal_records;
+}
 
-		strlcpy(sync_commit_before, current, sizeof(sync_commit_before));
+/* A lease claim ended: WAL written from here on is someone else's. */
+static void
+claim_done(void)
+{
+	if (claim_xact)
+		claim_wal_mark = pgWalUsage.wal_records;
+}
+
+/*
+ * At pre-commit, make the commit of a transaction that only claimed
+ * asynchronous.  The setting goes back at the end of the transaction.
+ */
+static void
+lease_xact_callback(XactEvent event, void *arg)
+{
+	if (event != XACT_EVENT_PRE_COMMIT || !claim_xact)
+		return;
+	if (!other_writes && !durable_xact &&
+		pgWalUsage.wal_records == claim_wal_mark)
 		(void) set_config_option("synchronous_commit", "off",
 								 PGC_USERSET, PGC_S_SESSION,
 								 GUC_ACTION_LOCAL, true, 0, false);
-		async_claim_xact = true;
-	}
+}
+
+/* Module load: watch commits for claims that may commit asynchronously. */
+void
+pgq_lease_init(void)
+{
+	RegisterXactCallback(lease_xact_callback, NULL);
 }
 
 /* The transaction ended: a new one starts with its own setting. */
 void
 pgq_lease_xact_end(void)
 {
-	async_claim_xact = false;
+	claim_xact = false;
+	other_writes = false;
 	durable_xact = false;
+	reclaimed = false;
+	reclaimed_lsn = InvalidXLogRecPtr;
 }
 
 /*
@@ -102,6 +404,7 @@ typedef struct BlockWriter
 	ResultRelInfo *rri;
 	TupleTableSlot *newslot;
 	CommandId	cid;
+	bool		fenced;			/* pgq.blocks has tries and epoch (0.2) */
 } BlockWriter;
 
 /*
@@ -122,6 +425,11 @@ writer_open(BlockWriter *w)
 	w->rri = pgq_result_rel(w->estate, w->scan.heap);
 	w->newslot = table_slot_create(w->scan.heap, NULL);
 	w->cid = GetCurrentCommandId(true);
+	w->fenced = RelationGetDescr(w->scan.heap)->natts >= Anum_blocks_epoch;
+	if (w->fenced)
+		know_epoch(pgq_rel_oid("epoch_seq"));
+	else
+		pgq_lease_durable();
 }
 
 /* Close what writer_open() opened; the command counter moves if "wrote". */
@@ -157,14 +465,26 @@ writer_lock(BlockWriter *w)
 	return true;
 }
 
+/* The claims counted of the locked block in w->scan.slot (fenced only). */
+static int32
+block_tries(BlockWriter *w)
+{
+	TupleTableSlot *old = w->scan.slot;
+
+	if (old->tts_isnull[Anum_blocks_tries - 1])
+		return 0;
+	return DatumGetInt32(old->tts_values[Anum_blocks_tries - 1]);
+}
+
 /*
  * Replace the locked block in w->scan.slot by a copy with state "state",
  * attempt "attempt", lease_until "until" (0: NULL) and, with "error" not
- * NULL, that last_error.
+ * NULL, that last_error.  A claim ("claim") also counts a try and records
+ * the epoch.
  */
 static void
-writer_update(BlockWriter *w, char state, int32 attempt, TimestampTz until,
-			  const char *error)
+writer_update(BlockWriter *w, char state, int32 attempt, bool claim,
+			  TimestampTz until, const char *error)
 {
 	TupleTableSlot *old = w->scan.slot;
 	TupleTableSlot *newslot = w->newslot;
@@ -185,6 +505,13 @@ writer_update(BlockWriter *w, char state, int32 attempt, TimestampTz until,
 	newslot->tts_values[Anum_blocks_attempt - 1] = Int32GetDatum(attempt);
 	newslot->tts_values[Anum_blocks_lease_until - 1] = TimestampTzGetDatum(until);
 	newslot->tts_isnull[Anum_blocks_lease_until - 1] = until == 0;
+	if (claim && w->fenced)
+	{
+		newslot->tts_values[Anum_blocks_tries - 1] = Int32GetDatum(block_tries(w) + 1);
+		newslot->tts_isnull[Anum_blocks_tries - 1] = false;
+		newslot->tts_values[Anum_blocks_epoch - 1] = Int32GetDatum(my_epoch);
+		newslot->tts_isnull[Anum_blocks_epoch - 1] = false;
+	}
 	oldcxt = MemoryContextSwitchTo(GetPerTupleMemoryContext(w->estate));
 	if (error != NULL)
 	{
@@ -211,13 +538,36 @@ writer_update(BlockWriter *w, char state, int32 attempt, TimestampTz until,
 	ResetPerTupleExprContext(w->estate);
 }
 
-/* Hand the block in w->scan.slot, claimed at "attempt", to the caller. */
+/*
+ * Claim the locked block in w->scan.slot until "until", under the next
+ * attempt number, and hand it to the caller.
+ */
 static void
-writer_claimed(BlockWriter *w, int32 attempt, ClaimedBlock *block,
-			   MemoryContext cxt)
+writer_claim(BlockWriter *w, TimestampTz until, ClaimedBlock *block,
+			 MemoryContext cxt)
 {
 	TupleTableSlot *old = w->scan.slot;
-	MemoryContext oldcxt = MemoryContextSwitchTo(cxt);
+	int32		attempt = DatumGetInt32(old->tts_values[Anum_blocks_attempt - 1]);
+	MemoryContext oldcxt;
+
+	if (w->fenced)
+	{
+		bool		isnull;
+		TransactionId xmin;
+
+		xmin = DatumGetTransactionId(slot_getsysattr(old,
+													 MinTransactionIdAttributeNumber,
+													 &isnull));
+		attempt = next_attempt(attempt,
+							   old->tts_isnull[Anum_blocks_epoch - 1],
+							   DatumGetInt32(old->tts_values[Anum_blocks_epoch - 1]),
+							   xmin);
+	}
+	else
+		attempt++;
+	writer_update(w, PGQ_BLOCK_CLAIMED, attempt, true, until, NULL);
+
+	oldcxt = MemoryContextSwitchTo(cxt);
 
 	memset(block, 0, sizeof(ClaimedBlock));
 	block->block_id = DatumGetInt64(old->tts_values[Anum_blocks_block_id - 1]);
@@ -280,7 +630,7 @@ claim_due(const PgqGroup *group, int limit, TimestampTz now,
 
 			attempt = DatumGetInt32(old->tts_values[Anum_blocks_attempt - 1]);
 			changed++;
-			if (attempt >= group->max_attempts)
+			if ((w.fenced ? block_tries(&w) : attempt) >= group->max_attempts)
 			{
 				const char *error = NULL;
 
@@ -289,13 +639,12 @@ claim_due(const PgqGroup *group, int limit, TimestampTz now,
 					error = "lease expired";
 				else if (isnull)
 					error = "released on its last attempt";
-				writer_update(&w, 'f', attempt, 0, error);
+				writer_update(&w, 'f', attempt, false, 0, error);
 				/* that must stay, even if nothing else is claimed */
 				pgq_claim_changed_more();
 				continue;
 			}
-			writer_update(&w, PGQ_BLOCK_CLAIMED, attempt + 1, until, NULL);
-			writer_claimed(&w, attempt + 1, &blocks[n++], cxt);
+			writer_claim(&w, until, &blocks[n++], cxt);
 		}
 		writer_close(&w, changed > 0);
 		pfree(due);
@@ -334,16 +683,13 @@ claim_pending(const PgqGroup *group, int64 from, int limit,
 		while (n < limit && pgq_block_scan_next(&w.scan))
 		{
 			TupleTableSlot *old = w.scan.slot;
-			int32		attempt;
 
 			slot_getallattrs(old);
 			if (DatumGetChar(old->tts_values[Anum_blocks_state - 1]) != 'p')
 				continue;
 			if (!writer_lock(&w))
 				continue;
-			attempt = DatumGetInt32(old->tts_values[Anum_blocks_attempt - 1]) + 1;
-			writer_update(&w, PGQ_BLOCK_CLAIMED, attempt, until, NULL);
-			writer_claimed(&w, attempt, &blocks[n++], cxt);
+			writer_claim(&w, until, &blocks[n++], cxt);
 		}
 	}
 	writer_close(&w, n > 0);
@@ -353,8 +699,9 @@ claim_pending(const PgqGroup *group, int64 from, int limit,
 /*
  * Claim up to max_blocks blocks of a lease-mode group: due ones first, then
  * pending ones from the hint, then pending ones below it (see claim.c).
- * Outside a transaction block the claim commits asynchronously: losing it in
- * a crash only offers the block again.
+ * Outside a transaction block, a transaction that only claims commits
+ * asynchronously: losing the claim in a crash only offers the block again,
+ * under a new attempt number.
  */
 int
 pgq_lease_claim(const PgqGroup *group, int max_blocks, ClaimedBlock *blocks,
@@ -399,8 +746,20 @@ pgq_lease_claim(const PgqGroup *group, int max_blocks, ClaimedBlock *blocks,
 			n += got;
 		}
 	}
+	wait_reclaimed();
+	claim_done();
 	qsort(blocks, n, sizeof(ClaimedBlock), pgq_compare_claimed);
 	return n;
+}
+
+/*
+ * Does pgq.blocks have the columns of fenced attempt numbers, tries and
+ * epoch?  Not in a database still at 0.1.
+ */
+bool
+pgq_blocks_fenced(void)
+{
+	return get_attnum(pgq_rel_oid("blocks"), "epoch") != InvalidAttrNumber;
 }
 
 /*
@@ -475,9 +834,10 @@ bool
 pgq_lease_fail(const PgqGroup *group, int64 block_id, int32 attempt,
 			   text *error, Interval *retry_after)
 {
-	static SPIPlanPtr plan = NULL;
+	static SPIPlanPtr plans[2] = {NULL, NULL};
 	Oid			argtypes[6] = {INT8OID, INT8OID, INT4OID, TIMESTAMPTZOID,
 	TEXTOID, INT4OID};
+	bool		fenced = pgq_blocks_fenced();
 	Datum		values[6];
 	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
 	TimestampTz now = GetCurrentTimestamp();
@@ -492,17 +852,23 @@ pgq_lease_fail(const PgqGroup *group, int64 block_id, int32 attempt,
 		nulls[4] = 'n';
 	values[5] = Int32GetDatum(group->max_attempts);
 
-	if (plan == NULL)
-		plan = pgq_keep_plan("UPDATE pgq.blocks SET "
-							 "state = CASE WHEN attempt " OP(">=") " $6 "
-							 "THEN 'f'::pg_catalog.\"char\" "
-							 "ELSE 'r'::pg_catalog.\"char\" END, "
-							 "lease_until = CASE WHEN attempt " OP(">=") " $6 "
-							 "THEN NULL ELSE $4 END, "
-							 "last_error = $5 "
-							 HELD_BY_ATTEMPT,
-							 6, argtypes);
-	rc = SPI_execute_plan(plan, values, nulls, false, 0);
+	/* the tries that max_attempts counts; at 0.1, the attempt number */
+#define FAIL_BLOCK(tries) \
+	"UPDATE pgq.blocks SET " \
+	"state = CASE WHEN " tries " " OP(">=") " $6 " \
+	"THEN 'f'::pg_catalog.\"char\" " \
+	"ELSE 'r'::pg_catalog.\"char\" END, " \
+	"lease_until = CASE WHEN " tries " " OP(">=") " $6 " \
+	"THEN NULL ELSE $4 END, " \
+	"last_error = $5 " \
+	HELD_BY_ATTEMPT
+	if (plans[fenced] == NULL)
+		plans[fenced] = pgq_keep_plan(fenced ?
+									  FAIL_BLOCK("COALESCE(tries, 0)") :
+									  FAIL_BLOCK("attempt"),
+									  6, argtypes);
+#undef FAIL_BLOCK
+	rc = SPI_execute_plan(plans[fenced], values, nulls, false, 0);
 	if (rc != SPI_OK_UPDATE)
 		elog(ERROR, "could not fail block: %s", SPI_result_code_string(rc));
 	if (SPI_processed == 0)

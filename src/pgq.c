@@ -48,7 +48,9 @@ pgq_shmem_request(void)
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
 #endif
-	RequestAddinShmemSpace(add_size(pgq_shmem_size(), pgq_wait_shmem_size()));
+	RequestAddinShmemSpace(add_size(add_size(pgq_shmem_size(),
+											 pgq_wait_shmem_size()),
+									pgq_lease_shmem_size()));
 	RequestNamedLWLockTranche("pgq", 2);
 }
 
@@ -61,6 +63,7 @@ pgq_shmem_startup(void)
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
 	pgq_shmem_init();
 	pgq_wait_shmem_init();
+	pgq_lease_shmem_init();
 	LWLockRelease(AddinShmemInitLock);
 }
 
@@ -134,6 +137,7 @@ _PG_init(void)
 	pgq_xact_init();
 	pgq_advisory_init();
 	pgq_wait_init();
+	pgq_lease_init();
 
 	/*
 	 * Last, once every setting is defined: this removes the placeholders of

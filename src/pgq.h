@@ -128,6 +128,8 @@ typedef struct PgqDueBlock
 #define Anum_blocks_attempt		5
 #define Anum_blocks_lease_until	6
 #define Anum_blocks_last_error	7
+#define Anum_blocks_tries		8	/* from 0.2 */
+#define Anum_blocks_epoch		9	/* from 0.2 */
 
 /* A row for pgq.items (iteminsert.c). */
 typedef struct PgqNewItem
@@ -304,6 +306,11 @@ extern bool pgq_lease_extend(const PgqGroup *group, int64 block_id,
 extern void pgq_lease_durable(void);
 extern void pgq_lease_claim_async(void);
 extern void pgq_lease_xact_end(void);
+extern void pgq_lease_init(void);
+extern Size pgq_lease_shmem_size(void);
+extern void pgq_lease_shmem_init(void);
+extern bool pgq_blocks_fenced(void);
+extern int32 pgq_lease_epoch(void);
 
 /* wait.c */
 extern void pgq_wait_init(void);

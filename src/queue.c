@@ -1269,12 +1269,22 @@ retry_item(int64 item_id)
 			pgq_check_privilege(&group, PGQ_PRIV_CONSUME);
 			values[0] = Int64GetDatum(group.ref.group_id);
 			values[1] = Int64GetDatum(item_id);
-			rc = SPI_execute_with_args("UPDATE pgq.blocks SET state = 'p', "
-									   "attempt = 0, lease_until = NULL "
-									   "WHERE group_id " OP("=") " $1 "
-									   "AND block_id " OP("=") " $2 "
-									   "AND state " OP("=") " 'f'",
+			/*
+			 * A lease-mode block keeps its attempt number, which must never
+			 * come again (lease.c), and counts its tries from 0 again.
+			 */
+#define RETRY_BLOCK(counted) \
+	"UPDATE pgq.blocks SET state = 'p', " counted " = 0, " \
+	"lease_until = NULL " \
+	"WHERE group_id " OP("=") " $1 " \
+	"AND block_id " OP("=") " $2 " \
+	"AND state " OP("=") " 'f'"
+			rc = SPI_execute_with_args(group.mode == PGQ_MODE_LEASE &&
+									   pgq_blocks_fenced() ?
+									   RETRY_BLOCK("tries") :
+									   RETRY_BLOCK("attempt"),
 									   2, argtypes, values, NULL, false, 0);
+#undef RETRY_BLOCK
 			if (rc != SPI_OK_UPDATE)
 				elog(ERROR, "could not retry block: %s", SPI_result_code_string(rc));
 			if (SPI_processed == 0)

@@ -1,0 +1,131 @@
+# Lease claims that commit asynchronously, lost in a crash.
+#
+# A transaction outside a transaction block whose only writes are lease
+# claims commits with synchronous_commit = off, so a crash can lose a claim
+# whose result the client already has.  Two things must hold all the same:
+#
+# - An attempt number, once handed out, is never handed out again for that
+#   block: the next claim of a block whose claim was lost uses a new number,
+#   and the lost claim's holder is refused (complete returns false).  This
+#   covers a block's first claim lost, and a block claimed twice before the
+#   crash (its lease ran out in between), of which only the first claim is
+#   durable: a claim of a block claimed before waits until that earlier
+#   claim is durable.
+# - A claim never weakens the durability of the caller's own writes: an
+#   INSERT ... SELECT FROM pgq.claim() in autocommit commits durably.
+#
+# To make the loss certain, the WAL writer is stopped (SIGSTOP) before the
+# claims and then killed (SIGKILL), which crash-restarts the server: WAL that
+# nobody flushed is still in shared memory and is lost.  The maintenance
+# worker and autovacuum are off, so that nothing else writes or flushes WAL
+# meanwhile.  Leases of one microsecond have run out by the next statement.
+use strict;
+use warnings;
+
+use FindBin;
+use lib $FindBin::RealBin;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = PostgreSQL::Test::Cluster->new('leasedurability');
+$node->init;
+$node->append_conf('postgresql.conf', q{
+shared_preload_libraries = 'pgq'
+pgq.maintenance_interval = 0
+autovacuum = off
+restart_after_crash = on
+});
+$node->start;
+$node->safe_psql('postgres', q{
+	CREATE EXTENSION pgq;
+	CREATE TABLE results (id bigint PRIMARY KEY);
+	SELECT pgq.create_group('warm', 'SELECT 1', 1, mode => 'lease');
+	SELECT pgq.create_group('fresh', 'SELECT g FROM generate_series(1, 2) g', 1,
+	                        mode => 'lease');
+	SELECT pgq.create_group('again', 'SELECT 1', 1, mode => 'lease',
+	                        lease => '1 microsecond', max_attempts => 3);
+	SELECT pgq.create_group('insert', 'SELECT g FROM generate_series(5, 7) g', 3,
+	                        mode => 'lease');
+});
+
+# The first claim of a run makes the run's epoch durable: claim once first,
+# so that the claims below flush nothing themselves.
+$node->safe_psql('postgres', "SELECT * FROM pgq.claim('warm')");
+$node->safe_psql('postgres', 'CHECKPOINT');
+
+# Claim from a group in autocommit: "block_id attempt".
+sub claim
+{
+	my ($group) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT block_id || ' ' || attempt FROM pgq.claim('$group')");
+}
+
+my $walwriter = $node->safe_psql('postgres',
+	"SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'");
+ok(kill('STOP', $walwriter), "the WAL writer ($walwriter) is stopped");
+
+# the caller's own write, in the claim's transaction
+$node->safe_psql('postgres',
+	"INSERT INTO results SELECT unnest(ids) FROM pgq.claim('insert')");
+
+# a block claimed, its lease run out, claimed again (which flushes
+# the WAL up to the first claim, and everything before)
+my ($again, $again1) = split / /, claim('again');
+my (undef, $again2) = split / /, claim('again');
+is("$again1 $again2", '1 2', 'a block claimed twice before the crash');
+
+# a block's first claim
+my ($fresh, $fresh_attempt) = split / /, claim('fresh');
+is($fresh_attempt, 1, 'a first claim before the crash: attempt 1');
+
+is( $node->safe_psql('postgres',
+		'SELECT pg_current_wal_flush_lsn() < pg_current_wal_insert_lsn()'),
+	't', 'the last claims are not flushed');
+
+my $log_offset = -s $node->logfile;
+ok(kill('KILL', $walwriter), 'kill -9 of the WAL writer: a crash restart');
+$node->wait_for_log(qr/all server processes terminated; reinitializing/,
+	$log_offset);
+$node->wait_for_log(qr/database system is ready to accept connections/,
+	$log_offset);
+ok($node->poll_query_until('postgres', 'SELECT true'),
+	'the server accepts connections again after crash recovery');
+
+is($node->safe_psql('postgres', 'SELECT string_agg(id::text, \',\' ORDER BY id) FROM results'),
+	'5,6,7', 'the rows inserted in the claiming transaction survived the crash');
+
+# The first claim's loss: the block is pending again.  Its next claim must
+# not be attempt 1 again (it is the run's epoch, 2: earlier runs gave 1 or
+# their smaller epochs).
+my ($fresh_b, $fresh_new) = split / /, claim('fresh');
+is($fresh_b, $fresh, 'the block whose claim was lost is claimed again');
+is($fresh_new, 2, 'under a new attempt number');
+is( $node->safe_psql('postgres',
+		"SELECT pgq.complete($fresh, attempt => $fresh_attempt)"),
+	'f', 'the holder of the lost claim is refused');
+is( $node->safe_psql('postgres',
+		"SELECT pgq.complete($fresh, attempt => $fresh_new)"),
+	't', 'the new holder completes the block');
+
+# The second claim was lost, the first is durable (the second waited for
+# it).  The next number skips the one the lost claim had: 1 + 1 + the
+# epochs since the first (1).
+my ($again_b, $again_new) = split / /, claim('again');
+is($again_b, $again, 'the block claimed twice is claimed again');
+is($again_new, 3, 'under a number above both that were handed out');
+is( $node->safe_psql('postgres',
+		"SELECT tries FROM pgq.blocks WHERE block_id = $again"),
+	'2', 'max_attempts counts the claims that were made: two');
+is( $node->safe_psql('postgres',
+		"SELECT pgq.complete($again, attempt => $again1)::text || ' ' || "
+		  . "pgq.complete($again, attempt => $again2)::text"),
+	'false false', 'both earlier holders are refused');
+is( $node->safe_psql('postgres',
+		"SELECT pgq.complete($again, attempt => $again_new)"),
+	't', 'the new holder completes the block');
+
+$node->stop;
+done_testing();
