@@ -80,14 +80,27 @@ CREATE INDEX blocks_block_id_idx ON pgq.blocks (block_id);
 -- in which it was made, taken from epoch_seq once per run and database and
 -- made durable before use; a claim of a block whose number comes from an
 -- earlier run skips the numbers that a claim lost in a crash may have had
--- (lease.c).  max_attempts counts claims in tries, since numbers may skip;
--- pgq.retry() sets tries back to 0 and keeps the number.  Both are NULL in
--- a block never claimed since it was made (blocks are written through the
--- table AM, without defaults) or since the update.
+-- (lease.c).  Blocks and items record the epoch in which they were made
+-- too.  max_attempts counts claims in tries, since numbers may skip
+-- (pgq.retry() sets both back to 0).  A row that was not claimed since the
+-- update has tries NULL: its attempt counts the claims.
+-- The sequence is dumped: a restored database must go on above the epochs
+-- its rows recorded.
 CREATE SEQUENCE pgq.epoch_seq AS integer;
 SELECT pg_catalog.pg_extension_config_dump('pgq.epoch_seq', '');
 ALTER TABLE pgq.blocks ADD COLUMN tries integer, ADD COLUMN epoch integer;
-UPDATE pgq.blocks SET tries = attempt WHERE attempt <> 0;
+ALTER TABLE pgq.items ADD COLUMN tries integer, ADD COLUMN epoch integer;
+
+-- The next attempt number of an item that a lease-mode queue's claim
+-- takes, in the claim's own statement (lease.c says how it is chosen).
+-- Only pgq.claim() calls it: called otherwise, it raises an error.
+CREATE FUNCTION pgq.next_attempt(attempt integer, epoch integer, xmin xid)
+RETURNS integer
+AS 'MODULE_PATHNAME', 'pgq_next_attempt'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION pgq.next_attempt(integer, integer, xid) IS
+'the attempt number of a lease claim of a queue item (called by pgq.claim)';
 
 -- Lease claims are HOT updates: no index names a column that a claim changes
 -- (state, attempt, lease_until), and more than half of each page is kept

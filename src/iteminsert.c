@@ -58,6 +58,7 @@
 #define Anum_items_data			9
 #define Anum_items_enqueued_at	14
 #define Natts_items				15
+#define Anum_items_epoch		17	/* from 0.2 */
 
 /*
  * INSERT .. ON CONFLICT looks for the key in the unique index before it
@@ -82,6 +83,7 @@ struct PgqItemInserter
 	List	   *arbiters;		/* items_key_idx */
 	bool		look_first;		/* always look for the key first */
 	Oid			seqid;			/* pgq.block_id_seq */
+	int32		epoch;			/* see pgq_lease_epoch(); 0.2 only */
 	bool		inserted;		/* a row went in */
 };
 
@@ -106,6 +108,8 @@ pgq_item_inserter_begin(void)
 		elog(ERROR, "pgq.items has %d columns, expected %d",
 			 RelationGetDescr(ins->rel)->natts, Natts_items);
 	ins->seqid = pgq_rel_oid("block_id_seq");
+	if (RelationGetDescr(ins->rel)->natts >= Anum_items_epoch)
+		ins->epoch = pgq_lease_epoch();
 	key_index = pgq_rel_oid("items_key_idx");
 	ins->estate = CreateExecutorState();
 	ins->rri = pgq_result_rel(ins->estate, ins->rel);
@@ -229,6 +233,12 @@ pgq_item_insert(PgqItemInserter *ins, const PgqNewItem *item)
 	slot->tts_values[Anum_items_enqueued_at - 1] =
 		TimestampTzGetDatum(GetCurrentTimestamp());
 	slot->tts_isnull[Anum_items_enqueued_at - 1] = false;
+	/* the epoch that a lease claim's attempt number counts from (lease.c) */
+	if (natts >= Anum_items_epoch)
+	{
+		slot->tts_values[Anum_items_epoch - 1] = Int32GetDatum(ins->epoch);
+		slot->tts_isnull[Anum_items_epoch - 1] = false;
+	}
 	ExecStoreVirtualTuple(slot);
 
 	if (item->key == NULL)

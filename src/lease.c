@@ -46,6 +46,7 @@
 
 #include "pgq.h"
 
+PG_FUNCTION_INFO_V1(pgq_next_attempt);
 
 /*
  * Lease claims and durability
@@ -118,6 +119,9 @@ static PgqEpochShared *epoch_shared = NULL;
  */
 static Oid	my_epoch_seq = InvalidOid;
 static int32 my_epoch = 0;
+
+/* pgq.next_attempt() may run: a claim of queue items runs its statement */
+static bool items_claiming = false;
 
 /* The latest commit that this claim's numbers wait for (see above). */
 static bool reclaimed = false;
@@ -309,6 +313,37 @@ next_attempt(int32 attempt, bool epoch_isnull, int32 epoch, TransactionId xmin)
 }
 
 /*
+ * A claim of queue items starts ("on") or ends running its statement, which
+ * calls pgq.next_attempt().
+ */
+void
+pgq_lease_items_claiming(bool on)
+{
+	items_claiming = on;
+}
+
+/*
+ * pgq.next_attempt(attempt, epoch, xmin) -> integer
+ *
+ * next_attempt() for the statement that claims queue items, and only there:
+ * the claim learned the epoch before, and the xmin is a row's, whose commit
+ * status can be read.
+ */
+Datum
+pgq_next_attempt(PG_FUNCTION_ARGS)
+{
+	if (!items_claiming || !OidIsValid(my_epoch_seq))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("pgq.next_attempt() is called by pgq.claim() only")));
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(2))
+		PG_RETURN_NULL();
+	PG_RETURN_INT32(next_attempt(PG_GETARG_INT32(0), PG_ARGISNULL(1),
+								 PG_ARGISNULL(1) ? 0 : PG_GETARG_INT32(1),
+								 DatumGetTransactionId(PG_GETARG_DATUM(2))));
+}
+
+/*
  * Wait for what next_attempt() noted: the claims before this one of the
  * blocks it took again.
  */
@@ -351,10 +386,15 @@ pgq_lease_claim_async(void)
 	claim_wal_mark = pgWalUsage.wal_records;
 }
 
-/* A lease claim ended: WAL written from here on is someone else's. */
-static void
-claim_done(void)
+/*
+ * A lease claim ended: before its numbers are handed out, wait for the
+ * claims before them (next_attempt()).  WAL written from here on is someone
+ * else's.
+ */
+void
+pgq_lease_claim_done(void)
 {
+	wait_reclaimed();
 	if (claim_xact)
 		claim_wal_mark = pgWalUsage.wal_records;
 }
@@ -389,6 +429,7 @@ pgq_lease_xact_end(void)
 	claim_xact = false;
 	other_writes = false;
 	durable_xact = false;
+	items_claiming = false;
 	reclaimed = false;
 	reclaimed_lsn = InvalidXLogRecPtr;
 }
@@ -471,8 +512,9 @@ block_tries(BlockWriter *w)
 {
 	TupleTableSlot *old = w->scan.slot;
 
+	/* not claimed since the update from 0.1: its attempt counts them */
 	if (old->tts_isnull[Anum_blocks_tries - 1])
-		return 0;
+		return DatumGetInt32(old->tts_values[Anum_blocks_attempt - 1]);
 	return DatumGetInt32(old->tts_values[Anum_blocks_tries - 1]);
 }
 
@@ -746,8 +788,7 @@ pgq_lease_claim(const PgqGroup *group, int max_blocks, ClaimedBlock *blocks,
 			n += got;
 		}
 	}
-	wait_reclaimed();
-	claim_done();
+	pgq_lease_claim_done();
 	qsort(blocks, n, sizeof(ClaimedBlock), pgq_compare_claimed);
 	return n;
 }
@@ -864,7 +905,7 @@ pgq_lease_fail(const PgqGroup *group, int64 block_id, int32 attempt,
 	HELD_BY_ATTEMPT
 	if (plans[fenced] == NULL)
 		plans[fenced] = pgq_keep_plan(fenced ?
-									  FAIL_BLOCK("COALESCE(tries, 0)") :
+									  FAIL_BLOCK("COALESCE(tries, attempt)") :
 									  FAIL_BLOCK("attempt"),
 									  6, argtypes);
 #undef FAIL_BLOCK

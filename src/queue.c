@@ -81,6 +81,24 @@ PG_FUNCTION_INFO_V1(pgq_result);
 	"AND state " OP("=") " 'd'"
 
 /*
+ * Does pgq.items have the columns of fenced attempt numbers, tries and
+ * epoch (see lease.c)?  Not in a database still at 0.1.
+ */
+static bool
+items_fenced(void)
+{
+	return get_attnum(pgq_rel_oid("items"), "epoch") != InvalidAttrNumber;
+}
+
+/*
+ * The claims of an item that max_attempts counts: tries, or the attempt
+ * number where tries was never set (an item not claimed since the update
+ * from 0.1), or at 0.1.
+ */
+#define TRIES_FENCED "COALESCE(i.tries, i.attempt)"
+#define TRIES_0_1 "i.attempt"
+
+/*
  * Look up a queue by name; an error if there is none, or it is a query
  * group.  A caller that may not see the group does not learn which.
  */
@@ -545,46 +563,51 @@ pgq_enqueue_many(PG_FUNCTION_ARGS)
  * others are left to them.
  */
 static void
-promote_due(const PgqGroup *group, TimestampTz now)
+promote_due(const PgqGroup *group, TimestampTz now, bool fenced)
 {
-	static SPIPlanPtr plan = NULL;
+	static SPIPlanPtr plans[2] = {NULL, NULL};
 	Datum		values[4];
 	int			rc;
 
-	if (plan == NULL)
+#define PROMOTE_DUE(tries) \
+	"UPDATE pgq.items i SET " \
+	"state = CASE WHEN i.state " OP("=") " 'c' " \
+	"AND " tries " " OP(">=") " $3 " \
+	"THEN 'f'::pg_catalog.\"char\" " \
+	"ELSE 'p'::pg_catalog.\"char\" END, " \
+	"due_at = NULL, " \
+	"finished_at = CASE WHEN i.state " OP("=") " 'c' " \
+	"AND " tries " " OP(">=") " $3 THEN $2 END, " \
+	"last_error = CASE WHEN i.state " OP("=") " 'c' " \
+	"THEN 'lease expired' ELSE i.last_error END, " \
+	"errors = CASE WHEN i.state " OP("=") " 'c' " \
+	"THEN COALESCE(i.errors, '[]'::pg_catalog.jsonb) " \
+	OP("||") " pg_catalog.jsonb_build_array(" \
+	"pg_catalog.jsonb_build_object('attempt', i.attempt, " \
+	"'error', 'lease expired', 'at', $2)) " \
+	"ELSE i.errors END " \
+	"WHERE i.ctid " OP("=") " ANY (ARRAY(" \
+	"SELECT ctid FROM pgq.items " \
+	"WHERE group_id " OP("=") " $1 " \
+	"AND state " OP("=") " ANY ('{c,r}'::pg_catalog.\"char\"[]) " \
+	"AND due_at " OP("<=") " $2 " \
+	"ORDER BY group_id, due_at LIMIT $4 " \
+	"FOR UPDATE SKIP LOCKED))"
+	if (plans[fenced] == NULL)
 	{
 		Oid			argtypes[4] = {INT8OID, TIMESTAMPTZOID, INT4OID, INT4OID};
 
-		plan = pgq_keep_plan("UPDATE pgq.items i SET "
-							 "state = CASE WHEN i.state " OP("=") " 'c' "
-							 "AND i.attempt " OP(">=") " $3 "
-							 "THEN 'f'::pg_catalog.\"char\" "
-							 "ELSE 'p'::pg_catalog.\"char\" END, "
-							 "due_at = NULL, "
-							 "finished_at = CASE WHEN i.state " OP("=") " 'c' "
-							 "AND i.attempt " OP(">=") " $3 THEN $2 END, "
-							 "last_error = CASE WHEN i.state " OP("=") " 'c' "
-							 "THEN 'lease expired' ELSE i.last_error END, "
-							 "errors = CASE WHEN i.state " OP("=") " 'c' "
-							 "THEN COALESCE(i.errors, '[]'::pg_catalog.jsonb) "
-							 OP("||") " pg_catalog.jsonb_build_array("
-							 "pg_catalog.jsonb_build_object('attempt', i.attempt, "
-							 "'error', 'lease expired', 'at', $2)) "
-							 "ELSE i.errors END "
-							 "WHERE i.ctid " OP("=") " ANY (ARRAY("
-							 "SELECT ctid FROM pgq.items "
-							 "WHERE group_id " OP("=") " $1 "
-							 "AND state " OP("=") " ANY ('{c,r}'::pg_catalog.\"char\"[]) "
-							 "AND due_at " OP("<=") " $2 "
-							 "ORDER BY group_id, due_at LIMIT $4 "
-							 "FOR UPDATE SKIP LOCKED))",
-							 4, argtypes);
+		plans[fenced] = pgq_keep_plan(fenced ?
+									  PROMOTE_DUE(TRIES_FENCED) :
+									  PROMOTE_DUE(TRIES_0_1),
+									  4, argtypes);
 	}
+#undef PROMOTE_DUE
 	values[0] = Int64GetDatum(group->ref.group_id);
 	values[1] = TimestampTzGetDatum(now);
 	values[2] = Int32GetDatum(group->max_attempts);
 	values[3] = Int32GetDatum(PGQ_PROMOTE_LIMIT);
-	rc = SPI_execute_plan(plan, values, NULL, false, 0);
+	rc = SPI_execute_plan(plans[fenced], values, NULL, false, 0);
 	if (rc != SPI_OK_UPDATE)
 		elog(ERROR, "could not update due items: %s", SPI_result_code_string(rc));
 	if (SPI_processed > 0)
@@ -650,6 +673,28 @@ items_from_spi(const PgqGroup *group, ClaimedBlock *items, MemoryContext cxt)
 	return n;
 }
 
+/*
+ * Run a lease-mode claim's statement; a fenced one calls pgq.next_attempt(),
+ * which runs only while it does.
+ */
+static int
+run_lease_claim(SPIPlanPtr plan, Datum *values, bool fenced)
+{
+	volatile int rc;
+
+	pgq_lease_items_claiming(fenced);
+	PG_TRY();
+	{
+		rc = SPI_execute_plan(plan, values, NULL, false, 0);
+	}
+	PG_FINALLY();
+	{
+		pgq_lease_items_claiming(false);
+	}
+	PG_END_TRY();
+	return rc;
+}
+
 /* The columns items_from_spi() reads, of pgq.items as "i". */
 #define ITEM_COLUMNS \
 	"i.item_id, i.attempt, i.payload, i.data, i.key, i.priority"
@@ -673,10 +718,12 @@ pgq_queue_claim(const PgqGroup *group, int max_items, ClaimedBlock *items,
 				MemoryContext cxt)
 {
 	static SPIPlanPtr lease_plan = NULL;
+	static SPIPlanPtr fenced_plan = NULL;
 	static SPIPlanPtr xact_plan = NULL;
 	static SPIPlanPtr xact_due_plan = NULL;
 	TimestampTz now = GetCurrentTimestamp();
-	Datum		values[3];
+	bool		fenced = group->mode == PGQ_MODE_LEASE && items_fenced();
+	Datum		values[4];
 	int			n = 0;
 	int			rc;
 
@@ -712,10 +759,22 @@ pgq_queue_claim(const PgqGroup *group, int max_items, ClaimedBlock *items,
 												  "AND due_at " OP("<=") " $3",
 												  "group_id, due_at"),
 									  3, argtypes);
+	}
+	if (fenced_plan == NULL && fenced)
+	{
+		Oid			argtypes[4] = {INT8OID, INT4OID, TIMESTAMPTZOID, INT4OID};
+
+		/* an attempt number that never comes again (lease.c), at 0.2 */
+		fenced_plan = pgq_keep_plan(CLAIM_ITEMS("state = 'c', "
+												"attempt = pgq.next_attempt(i.attempt, i.epoch, i.xmin), "
+												"tries = COALESCE(i.tries, i.attempt) " OP("+") " 1, "
+												"epoch = $4, due_at = $3",
+												PENDING, BY_PRIORITY),
+									4, argtypes);
+	}
 #undef CLAIM_ITEMS
 #undef PENDING
 #undef BY_PRIORITY
-	}
 
 	pgq_xact_reserve(max_items);
 	values[0] = Int64GetDatum(group->ref.group_id);
@@ -723,12 +782,18 @@ pgq_queue_claim(const PgqGroup *group, int max_items, ClaimedBlock *items,
 	if (group->mode == PGQ_MODE_LEASE)
 	{
 		pgq_lease_claim_async();
-		promote_due(group, now);
+		if (fenced)
+			values[3] = Int32GetDatum(pgq_lease_epoch());
+		else
+			pgq_lease_durable();
+		promote_due(group, now, fenced);
 		values[2] = TimestampTzGetDatum(pgq_time_after(now, &group->lease));
-		rc = SPI_execute_plan(lease_plan, values, NULL, false, 0);
+		rc = run_lease_claim(fenced ? fenced_plan : lease_plan, values,
+							 fenced);
 		if (rc != SPI_OK_UPDATE_RETURNING)
 			elog(ERROR, "could not claim items: %s", SPI_result_code_string(rc));
 		n = items_from_spi(group, items, cxt);
+		pgq_lease_claim_done();
 	}
 	else
 	{
@@ -886,7 +951,7 @@ bool
 pgq_queue_fail(const PgqGroup *group, int64 item_id, FunctionCallInfo fcinfo,
 			   text *error, Interval *retry_after)
 {
-	static SPIPlanPtr lease_plan = NULL;
+	static SPIPlanPtr lease_plans[2] = {NULL, NULL};
 	static SPIPlanPtr xact_plan = NULL;
 	Oid			argtypes[6] = {INT8OID, INT8OID, INT4OID, TIMESTAMPTZOID,
 	TEXTOID, INT4OID};
@@ -894,14 +959,16 @@ pgq_queue_fail(const PgqGroup *group, int64 item_id, FunctionCallInfo fcinfo,
 	char		nulls[6] = "      ";
 	TimestampTz now = GetCurrentTimestamp();
 	int32		attempt;
+	bool		fenced = false;
 	bool		done;
 
-#define FAIL_ITEM(held) \
+	/* "tries": the claims that max_attempts counts (see TRIES_FENCED) */
+#define FAIL_ITEM(tries, held) \
 	"UPDATE pgq.items SET " \
-	"state = CASE WHEN attempt " OP(">=") " $6 THEN 'f'::pg_catalog.\"char\" " \
+	"state = CASE WHEN " tries " " OP(">=") " $6 THEN 'f'::pg_catalog.\"char\" " \
 	"ELSE 'r'::pg_catalog.\"char\" END, " \
-	"due_at = CASE WHEN attempt " OP(">=") " $6 THEN NULL ELSE $4 END, " \
-	"finished_at = CASE WHEN attempt " OP(">=") " $6 " \
+	"due_at = CASE WHEN " tries " " OP(">=") " $6 THEN NULL ELSE $4 END, " \
+	"finished_at = CASE WHEN " tries " " OP(">=") " $6 " \
 	"THEN pg_catalog.clock_timestamp() END, " \
 	"result = NULL, result_data = NULL, " \
 	"last_error = $5, " \
@@ -909,7 +976,10 @@ pgq_queue_fail(const PgqGroup *group, int64 item_id, FunctionCallInfo fcinfo,
 	held
 
 	if (group->mode == PGQ_MODE_LEASE)
+	{
 		attempt = lease_attempt(fcinfo, 3);
+		fenced = items_fenced();
+	}
 	else
 	{
 		if (!pgq_xact_claimed(item_id))
@@ -930,13 +1000,20 @@ pgq_queue_fail(const PgqGroup *group, int64 item_id, FunctionCallInfo fcinfo,
 	{
 		int32		tried = attempt;
 
-		if (group->mode != PGQ_MODE_LEASE)
+		if (group->mode != PGQ_MODE_LEASE || fenced)
 		{
-			/* the claim counted the attempt in this transaction */
-			int			rc = SPI_execute_with_args("SELECT attempt FROM pgq.items "
+			/*
+			 * The claims counted: in transaction mode, the claim counted
+			 * this one in this transaction; in lease mode, the attempt
+			 * number may have skipped some.
+			 */
+			int			rc = SPI_execute_with_args(fenced ?
+												   "SELECT COALESCE(tries, attempt) "
+												   "FROM pgq.items " HELD_ITEM :
+												   "SELECT attempt FROM pgq.items "
 												   OWN_ITEM,
-												   2, argtypes, values, NULL,
-												   false, 1);
+												   fenced ? 3 : 2, argtypes,
+												   values, NULL, false, 1);
 			bool		isnull;
 
 			if (rc != SPI_OK_SELECT || SPI_processed != 1)
@@ -950,14 +1027,17 @@ pgq_queue_fail(const PgqGroup *group, int64 item_id, FunctionCallInfo fcinfo,
 
 	if (group->mode == PGQ_MODE_LEASE)
 	{
-		done = change_item(&lease_plan, FAIL_ITEM(HELD_ITEM), 6, argtypes,
-						   values, nulls);
+		done = change_item(&lease_plans[fenced],
+						   fenced ?
+						   FAIL_ITEM("COALESCE(tries, attempt)", HELD_ITEM) :
+						   FAIL_ITEM("attempt", HELD_ITEM),
+						   6, argtypes, values, nulls);
 		if (done)
 			pgq_lease_durable();
 	}
 	else
-		done = change_item(&xact_plan, FAIL_ITEM(OWN_ITEM), 6, argtypes,
-						   values, nulls);
+		done = change_item(&xact_plan, FAIL_ITEM("attempt", OWN_ITEM), 6,
+						   argtypes, values, nulls);
 #undef FAIL_ITEM
 	if (done)
 		pgq_xact_wake_at_commit(&group->ref);
@@ -1269,20 +1349,16 @@ retry_item(int64 item_id)
 			pgq_check_privilege(&group, PGQ_PRIV_CONSUME);
 			values[0] = Int64GetDatum(group.ref.group_id);
 			values[1] = Int64GetDatum(item_id);
-			/*
-			 * A lease-mode block keeps its attempt number, which must never
-			 * come again (lease.c), and counts its tries from 0 again.
-			 */
-#define RETRY_BLOCK(counted) \
-	"UPDATE pgq.blocks SET state = 'p', " counted " = 0, " \
-	"lease_until = NULL " \
+			/* its claims counted from 0 again: tries, from 0.2 on */
+#define RETRY_BLOCK(tries) \
+	"UPDATE pgq.blocks SET state = 'p', " \
+	"attempt = 0, " tries "lease_until = NULL " \
 	"WHERE group_id " OP("=") " $1 " \
 	"AND block_id " OP("=") " $2 " \
 	"AND state " OP("=") " 'f'"
-			rc = SPI_execute_with_args(group.mode == PGQ_MODE_LEASE &&
-									   pgq_blocks_fenced() ?
-									   RETRY_BLOCK("tries") :
-									   RETRY_BLOCK("attempt"),
+			rc = SPI_execute_with_args(pgq_blocks_fenced() ?
+									   RETRY_BLOCK("tries = 0, ") :
+									   RETRY_BLOCK(""),
 									   2, argtypes, values, NULL, false, 0);
 #undef RETRY_BLOCK
 			if (rc != SPI_OK_UPDATE)
@@ -1311,14 +1387,19 @@ retry_item(int64 item_id)
 	pgq_check_privilege(&group, PGQ_PRIV_USE);
 	values[0] = Int64GetDatum(group.ref.group_id);
 	values[1] = Int64GetDatum(item_id);
-	rc = SPI_execute_with_args("UPDATE pgq.items SET state = 'p', attempt = 0, "
-							   "due_at = NULL, result = NULL, result_data = NULL, "
-							   "finished_at = NULL "
-							   "WHERE group_id " OP("=") " $1 "
-							   "AND item_id " OP("=") " $2 "
-							   "AND state " OP("=") " ANY ('{d,f}'::pg_catalog.\"char\"[]) "
-							   "RETURNING item_id",
+	/* its claims counted from 0 again: tries, from 0.2 on */
+#define RETRY_ITEM(tries) \
+	"UPDATE pgq.items SET state = 'p', attempt = 0, " tries \
+	"due_at = NULL, result = NULL, result_data = NULL, " \
+	"finished_at = NULL " \
+	"WHERE group_id " OP("=") " $1 " \
+	"AND item_id " OP("=") " $2 " \
+	"AND state " OP("=") " ANY ('{d,f}'::pg_catalog.\"char\"[]) " \
+	"RETURNING item_id"
+	rc = SPI_execute_with_args(items_fenced() ?
+							   RETRY_ITEM("tries = 0, ") : RETRY_ITEM(""),
 							   2, argtypes, values, NULL, false, 0);
+#undef RETRY_ITEM
 	if (rc != SPI_OK_UPDATE_RETURNING)
 		elog(ERROR, "could not retry item: %s", SPI_result_code_string(rc));
 	if (SPI_processed == 0)

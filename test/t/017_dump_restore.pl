@@ -43,8 +43,9 @@
 #    (the restored item's id comes back) work; the failed group stays
 #    failed.  A restored database takes an epoch of lease claims above the
 #    source's (pgq.epoch_seq is dumped, lease.c): the first lease claims of
-#    blocks made in the source skip one attempt number, as after a restart,
-#    since the source may have handed that number out after the dump.
+#    blocks and items made in the source skip one attempt number, as after
+#    a restart, since the source may have handed that number out after the
+#    dump.
 
 use strict;
 use warnings;
@@ -417,10 +418,10 @@ for my $db (sort keys %restored)
 	# Claims: the highest priority pending item; then the next.
 	is( $node->safe_psql($db, q{
 		SELECT key, attempt, payload, data FROM pgq.claim('jobs')}),
-		'p-high|1|{"job": "p-high"}|\x0102',
-		"$how: a queue claim takes the restored item of highest priority");
+		'p-high|2|{"job": "p-high"}|\x0102',
+		"$how: a queue claim takes the restored item of highest priority, skipping attempt 1");
 	is( $node->safe_psql($db, qq{
-		SELECT pgq.complete($id{'item_p-high'}, result => '{"ok": 1}', attempt => 1)}),
+		SELECT pgq.complete($id{'item_p-high'}, result => '{"ok": 1}', attempt => 2)}),
 		't', "$how: and completes it");
 	is( $node->safe_psql($db, q{
 		BEGIN;

@@ -891,6 +891,14 @@ sub gen_blocks_inflight
 		  . ' RETURNING block_id'));
 }
 
+# the attempt number of an item claim, called directly: refused (55000)
+sub gen_next_attempt
+{
+	return ('next_attempt', 'SELECT pgq.next_attempt(' . join(', ', pick(@int4s),
+		pick(@int4s), pick('NULL', "'0'::xid", "'3'::xid", "'4294967295'::xid",
+			'pg_current_xact_id()::text::xid', "'1'")) . ')');
+}
+
 sub gen_pause
 {
 	my $fn = pick('pause', 'resume', 'resume');
@@ -968,7 +976,8 @@ my %generator_of = (
 	purge => [ \&gen_purge, 2 ], rematerialize => [ \&gen_rematerialize, 1 ],
 	has_group_privilege => [ \&gen_has_group_privilege, 1 ],
 	channel => [ \&gen_channel, 1 ],
-	blocks_inflight => [ \&gen_blocks_inflight, 1 ]);
+	blocks_inflight => [ \&gen_blocks_inflight, 1 ],
+	next_attempt => [ \&gen_next_attempt, 1 ]);
 my %installed = map { $_ => 1 } @pgq_functions;
 my @generators = (
 	(map { [ $generator_of{$_}[0], $generator_of{$_}[1] ] }

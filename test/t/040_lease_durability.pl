@@ -10,15 +10,15 @@
 #   covers a block's first claim lost, and a block claimed twice before the
 #   crash (its lease ran out in between), of which only the first claim is
 #   durable: a claim of a block claimed before waits until that earlier
-#   claim is durable.
+#   claim is durable.  Items of lease-mode queues are held the same way.
 # - A claim never weakens the durability of the caller's own writes: an
 #   INSERT ... SELECT FROM pgq.claim() in autocommit commits durably.
 #
 # To make the loss certain, the WAL writer is stopped (SIGSTOP) before the
 # claims and then killed (SIGKILL), which crash-restarts the server: WAL that
 # nobody flushed is still in shared memory and is lost.  The maintenance
-# worker and autovacuum are off, so that nothing else writes or flushes WAL
-# meanwhile.  Leases of one microsecond have run out by the next statement.
+# worker, autovacuum and the background writer's cleaning are off, so that
+# nothing else writes or flushes WAL meanwhile.  Leases of one microsecond have run out by the next statement.
 use strict;
 use warnings;
 
@@ -35,6 +35,7 @@ $node->append_conf('postgresql.conf', q{
 shared_preload_libraries = 'pgq'
 pgq.maintenance_interval = 0
 autovacuum = off
+bgwriter_lru_maxpages = 0
 restart_after_crash = on
 });
 $node->start;
@@ -48,6 +49,9 @@ $node->safe_psql('postgres', q{
 	                        lease => '1 microsecond', max_attempts => 3);
 	SELECT pgq.create_group('insert', 'SELECT g FROM generate_series(5, 7) g', 3,
 	                        mode => 'lease');
+	SELECT pgq.create_queue('jobs');
+	SELECT pgq.enqueue('jobs', '{"job": 1}');
+	SELECT pgq.create_queue('jobs_again', lease => '1 microsecond');
 });
 
 # The first claim of a run makes the run's epoch durable: claim once first,
@@ -81,25 +85,35 @@ is("$again1 $again2", '1 2', 'a block claimed twice before the crash');
 my ($fresh, $fresh_attempt) = split / /, claim('fresh');
 is($fresh_attempt, 1, 'a first claim before the crash: attempt 1');
 
+# an item's first claim
+my ($item, $item_attempt) = split / /, claim('jobs');
+is($item_attempt, 1, 'a first claim of an item before the crash: attempt 1');
+
 is( $node->safe_psql('postgres',
 		'SELECT pg_current_wal_flush_lsn() < pg_current_wal_insert_lsn()'),
 	't', 'the last claims are not flushed');
 
-my $log_offset = -s $node->logfile;
-ok(kill('KILL', $walwriter), 'kill -9 of the WAL writer: a crash restart');
-$node->wait_for_log(qr/all server processes terminated; reinitializing/,
-	$log_offset);
-$node->wait_for_log(qr/database system is ready to accept connections/,
-	$log_offset);
-ok($node->poll_query_until('postgres', 'SELECT true'),
-	'the server accepts connections again after crash recovery');
+# Kill the stopped WAL writer, and wait until the server is back.
+sub crash
+{
+	my $log_offset = -s $node->logfile;
+	ok(kill('KILL', $walwriter), 'kill -9 of the WAL writer: a crash restart');
+	$node->wait_for_log(qr/all server processes terminated; reinitializing/,
+		$log_offset);
+	$node->wait_for_log(qr/database system is ready to accept connections/,
+		$log_offset);
+	ok($node->poll_query_until('postgres', 'SELECT true'),
+		'the server accepts connections again after crash recovery');
+}
+
+crash();
 
 is($node->safe_psql('postgres', 'SELECT string_agg(id::text, \',\' ORDER BY id) FROM results'),
 	'5,6,7', 'the rows inserted in the claiming transaction survived the crash');
 
 # The first claim's loss: the block is pending again.  Its next claim must
-# not be attempt 1 again (it is the run's epoch, 2: earlier runs gave 1 or
-# their smaller epochs).
+# not be attempt 1 again: it skips one number for the one epoch (server
+# start) since the block was made.
 my ($fresh_b, $fresh_new) = split / /, claim('fresh');
 is($fresh_b, $fresh, 'the block whose claim was lost is claimed again');
 is($fresh_new, 2, 'under a new attempt number');
@@ -109,6 +123,17 @@ is( $node->safe_psql('postgres',
 is( $node->safe_psql('postgres',
 		"SELECT pgq.complete($fresh, attempt => $fresh_new)"),
 	't', 'the new holder completes the block');
+
+# The item's claim was lost the same way.
+my ($item_b, $item_new) = split / /, claim('jobs');
+is($item_b, $item, 'the item whose claim was lost is claimed again');
+is($item_new, 2, 'under a new attempt number');
+is( $node->safe_psql('postgres',
+		"SELECT pgq.complete($item, attempt => $item_attempt)"),
+	'f', 'the holder of the lost claim of the item is refused');
+is( $node->safe_psql('postgres',
+		"SELECT pgq.complete($item, attempt => $item_new)"),
+	't', 'the new holder completes the item');
 
 # The second claim was lost, the first is durable (the second waited for
 # it).  The next number skips the one the lost claim had: 1 + 1 + the
@@ -126,6 +151,26 @@ is( $node->safe_psql('postgres',
 is( $node->safe_psql('postgres',
 		"SELECT pgq.complete($again, attempt => $again_new)"),
 	't', 'the new holder completes the block');
+
+# An item claimed twice (its lease ran out), in a second crash.  The server
+# had to flush the WAL for the claims above; it flushes nothing for these.
+$node->safe_psql('postgres', "SELECT pgq.enqueue('jobs_again', '{\"job\": 2}')");
+$node->safe_psql('postgres', 'CHECKPOINT');
+$walwriter = $node->safe_psql('postgres',
+	"SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'");
+ok(kill('STOP', $walwriter), "the WAL writer ($walwriter) is stopped");
+my ($item_again, $item_again1) = split / /, claim('jobs_again');
+my (undef, $item_again2) = split / /, claim('jobs_again');
+is("$item_again1 $item_again2", '1 2', 'an item claimed twice before the crash');
+crash();
+
+my ($item_again_b, $item_again_new) = split / /, claim('jobs_again');
+is("$item_again_b $item_again_new", "$item_again 3",
+	'the item claimed twice is claimed again, above both numbers');
+is( $node->safe_psql('postgres',
+		"SELECT pgq.complete($item_again, attempt => $item_again2)::text || ' ' || "
+		  . "pgq.complete($item_again, attempt => $item_again_new)::text"),
+	'false true', 'the holder of the lost claim is refused, the new one is not');
 
 $node->stop;
 done_testing();
