@@ -90,6 +90,7 @@ PG_FUNCTION_INFO_V1(pgq_next_attempt);
 static bool claim_xact = false;		/* a claim outside a transaction block */
 static bool other_writes = false;	/* ... and writes of the caller's own */
 static bool durable_xact = false;	/* complete, release, fail */
+static bool claim_running = false;	/* between claim begin and end */
 static int64 claim_wal_mark = 0;	/* WAL records written when the last
 									 * claim ended */
 
@@ -369,12 +370,14 @@ pgq_lease_durable(void)
 /*
  * A lease claim (or a lease-mode queue's) begins.  Outside a transaction
  * block, its transaction may commit asynchronously if it writes nothing
- * else: note whether it wrote before.
+ * else: note whether it wrote before.  pgq.claim() calls this before its
+ * attempts, and each attempt again: WAL between the two (a page pruned
+ * while planning) is the claim's.
  */
 void
 pgq_lease_claim_async(void)
 {
-	if (IsTransactionBlock())
+	if (IsTransactionBlock() || claim_running)
 		return;
 	if (!claim_xact)
 	{
@@ -383,7 +386,7 @@ pgq_lease_claim_async(void)
 	}
 	else if (pgWalUsage.wal_records != claim_wal_mark)
 		other_writes = true;
-	claim_wal_mark = pgWalUsage.wal_records;
+	claim_running = true;
 }
 
 /*
@@ -395,6 +398,7 @@ void
 pgq_lease_claim_done(void)
 {
 	wait_reclaimed();
+	claim_running = false;
 	if (claim_xact)
 		claim_wal_mark = pgWalUsage.wal_records;
 }
@@ -415,11 +419,28 @@ lease_xact_callback(XactEvent event, void *arg)
 								 GUC_ACTION_LOCAL, true, 0, false);
 }
 
+/*
+ * A subtransaction aborted: a claim in it ended without saying so, and what
+ * it wrote cannot be told from what the caller writes next.  The commit
+ * stays durable.
+ */
+static void
+lease_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+					   SubTransactionId parentSubid, void *arg)
+{
+	if (event == SUBXACT_EVENT_ABORT_SUB && claim_running)
+	{
+		claim_running = false;
+		other_writes = true;
+	}
+}
+
 /* Module load: watch commits for claims that may commit asynchronously. */
 void
 pgq_lease_init(void)
 {
 	RegisterXactCallback(lease_xact_callback, NULL);
+	RegisterSubXactCallback(lease_subxact_callback, NULL);
 }
 
 /* The transaction ended: a new one starts with its own setting. */
@@ -429,6 +450,7 @@ pgq_lease_xact_end(void)
 	claim_xact = false;
 	other_writes = false;
 	durable_xact = false;
+	claim_running = false;
 	items_claiming = false;
 	reclaimed = false;
 	reclaimed_lsn = InvalidXLogRecPtr;
