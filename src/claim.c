@@ -592,6 +592,8 @@ pgq_claim(PG_FUNCTION_ARGS)
 		if (done || !pgq_wait_for_wakeup(&group.ref, deadline, seen))
 			break;
 	}
+	if (group.mode == PGQ_MODE_LEASE)
+		pgq_lease_claim_done(); /* also when no attempt claimed: a pause */
 	if (deadline != 0)
 		pgq_wait_done();
 	SPI_finish();

@@ -52,6 +52,15 @@ $node->safe_psql('postgres', q{
 	SELECT pgq.create_queue('jobs');
 	SELECT pgq.enqueue('jobs', '{"job": 1}');
 	SELECT pgq.create_queue('jobs_again', lease => '1 microsecond');
+	SELECT pgq.create_group('paused', 'SELECT 1', 1, mode => 'lease');
+	SELECT pgq.pause('paused');
+	SELECT pgq.create_group('after', 'SELECT 1', 1, mode => 'lease');
+	CREATE FUNCTION claim_write_claim() RETURNS void LANGUAGE plpgsql AS $$
+	BEGIN
+		PERFORM pgq.claim('paused');
+		INSERT INTO results VALUES (100);
+		PERFORM pgq.claim('after');
+	END $$;
 });
 
 # The first claim of a run makes the run's epoch durable: claim once first,
@@ -171,6 +180,19 @@ is( $node->safe_psql('postgres',
 		"SELECT pgq.complete($item_again, attempt => $item_again2)::text || ' ' || "
 		  . "pgq.complete($item_again, attempt => $item_again_new)::text"),
 	'false true', 'the holder of the lost claim is refused, the new one is not');
+
+# A claim that claims nothing (its group is paused), then the caller's own
+# write, then a claim, in one autocommit statement: the write makes the
+# commit durable.  The claim of the paused group used to stay "running", so
+# the second claim took the write for its own and the commit was
+# asynchronous.  This run's epoch is durable already (the claims above).
+$walwriter = $node->safe_psql('postgres',
+	"SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'");
+ok(kill('STOP', $walwriter), "the WAL writer ($walwriter) is stopped");
+$node->safe_psql('postgres', 'SELECT claim_write_claim()');
+crash();
+is($node->safe_psql('postgres', 'SELECT count(*) FROM results WHERE id = 100'),
+	'1', 'a write between a claim of a paused group and a claim survived the crash');
 
 $node->stop;
 done_testing();
