@@ -36,6 +36,7 @@
 #include "miscadmin.h"
 #include "replication/syncrep.h"
 #include "storage/bufmgr.h"
+#include "storage/lwlock.h"
 #include "storage/shmem.h"
 #include "storage/spin.h"
 #include "utils/builtins.h"
@@ -278,6 +279,31 @@ pgq_lease_epoch(void)
 	return my_epoch;
 }
 
+#if PG_VERSION_NUM >= 170000
+#define PGQ_OLDEST_CLOG_XID (TransamVariables->oldestClogXid)
+#else
+#define PGQ_OLDEST_CLOG_XID (ShmemVariableCache->oldestClogXid)
+#endif
+
+/*
+ * The commit LSN of a row's xmin, or InvalidXLogRecPtr once pg_xact may no
+ * longer hold its status: a row keeps its xmin for as long as nobody updates
+ * it (a retry due in days, a lease in a paused group), and asking pg_xact
+ * about a truncated xid is an error.  Such a commit is long durable.  As
+ * TransactionIdInRecentPast() does, hold XactTruncationLock while asking.
+ */
+static XLogRecPtr
+commit_lsn_if_known(TransactionId xid)
+{
+	XLogRecPtr	lsn = InvalidXLogRecPtr;
+
+	LWLockAcquire(XactTruncationLock, LW_SHARED);
+	if (!TransactionIdPrecedes(xid, PGQ_OLDEST_CLOG_XID))
+		lsn = TransactionIdGetCommitLSN(xid);
+	LWLockRelease(XactTruncationLock);
+	return lsn;
+}
+
 /*
  * The attempt number of a new claim of a block whose row version has
  * "attempt", "epoch" (NULL in blocks made before the update from 0.1) and
@@ -294,7 +320,7 @@ next_attempt(int32 attempt, bool epoch_isnull, int32 epoch, TransactionId xmin)
 	{
 		if (TransactionIdIsNormal(xmin))
 		{
-			XLogRecPtr	lsn = TransactionIdGetCommitLSN(xmin);
+			XLogRecPtr	lsn = commit_lsn_if_known(xmin);
 
 			if (lsn > reclaimed_lsn)
 				reclaimed_lsn = lsn;
