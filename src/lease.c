@@ -194,6 +194,29 @@ sequence_lsn(Oid seqid)
 }
 
 /*
+ * This database's epoch slot for the sequence seqid, or NULL; with free_slot,
+ * also the first slot a new epoch may take (empty, or of an extension of this
+ * database dropped since), or NULL.  The caller holds the spinlock.
+ */
+static PgqEpochSlot *
+epoch_slot(Oid seqid, PgqEpochSlot **free_slot)
+{
+	if (free_slot != NULL)
+		*free_slot = NULL;
+	for (int i = 0; i < PGQ_EPOCH_SLOTS; i++)
+	{
+		PgqEpochSlot *slot = &epoch_shared->slots[i];
+
+		if (slot->dbid == MyDatabaseId && slot->seqid == seqid)
+			return slot;
+		if (free_slot != NULL && *free_slot == NULL &&
+			(slot->dbid == InvalidOid || slot->dbid == MyDatabaseId))
+			*free_slot = slot;
+	}
+	return NULL;
+}
+
+/*
  * Know the epoch of this run for pgq.epoch_seq "seqid": from shared memory,
  * or taken by the first caller of the run (made durable first).  Callers
  * that race to take it may take one each; the first to publish wins, and
@@ -203,28 +226,19 @@ static void
 know_epoch(Oid seqid)
 {
 	int64		value;
-	PgqEpochSlot *free_slot = NULL;
 
 	if (my_epoch_seq == seqid)
 		return;
 	if (epoch_shared != NULL)
 	{
-		bool		found = false;
+		PgqEpochSlot *slot;
 
 		SpinLockAcquire(&epoch_shared->mutex);
-		for (int i = 0; i < PGQ_EPOCH_SLOTS; i++)
-		{
-			PgqEpochSlot *slot = &epoch_shared->slots[i];
-
-			if (slot->dbid == MyDatabaseId && slot->seqid == seqid)
-			{
-				my_epoch = slot->epoch;
-				found = true;
-				break;
-			}
-		}
+		slot = epoch_slot(seqid, NULL);
+		if (slot != NULL)
+			my_epoch = slot->epoch;
 		SpinLockRelease(&epoch_shared->mutex);
-		if (found)
+		if (slot != NULL)
 		{
 			my_epoch_seq = seqid;
 			return;
@@ -237,26 +251,14 @@ know_epoch(Oid seqid)
 
 	if (epoch_shared != NULL)
 	{
-		bool		found = false;
+		PgqEpochSlot *slot;
+		PgqEpochSlot *free_slot;
 
 		SpinLockAcquire(&epoch_shared->mutex);
-		for (int i = 0; i < PGQ_EPOCH_SLOTS; i++)
-		{
-			PgqEpochSlot *slot = &epoch_shared->slots[i];
-
-			if (slot->dbid == MyDatabaseId && slot->seqid == seqid)
-			{
-				/* another caller was first */
-				value = slot->epoch;
-				found = true;
-				break;
-			}
-			/* an empty slot, or one of an extension dropped since */
-			if (free_slot == NULL &&
-				(slot->dbid == InvalidOid || slot->dbid == MyDatabaseId))
-				free_slot = slot;
-		}
-		if (!found && free_slot != NULL)
+		slot = epoch_slot(seqid, &free_slot);
+		if (slot != NULL)
+			value = slot->epoch;	/* another caller was first */
+		else if (free_slot != NULL)
 		{
 			free_slot->dbid = MyDatabaseId;
 			free_slot->seqid = seqid;
