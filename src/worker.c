@@ -433,14 +433,15 @@ remove_group_nowait(const PgqGroupRef *group)
 	{
 		ErrorData  *edata;
 
+		/* roll back first, whatever the error, as PL/pgSQL does */
 		MemoryContextSwitchTo(oldcxt);
 		edata = CopyErrorData();
-		if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
-			PG_RE_THROW();
 		FlushErrorState();
 		RollbackAndReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(oldcxt);
 		CurrentResourceOwner = oldowner;
+		if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
+			ReThrowError(edata);
 		FreeErrorData(edata);
 	}
 	PG_END_TRY();
