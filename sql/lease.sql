@@ -316,6 +316,8 @@ BEGIN;
 SELECT pgq.retry(:v0);
 SELECT block_id - :v0 AS rel, attempt FROM pgq.claim('v');
 COMMIT;
+-- its attempt numbers went on: the holder from before the retry is refused
+SELECT pgq.complete(:v0, attempt => 1) AS stale_complete;
 -- in REPEATABLE READ too, a block the caller does not hold is left alone:
 -- no serialization failure, as nothing changed it since the snapshot
 BEGIN ISOLATION LEVEL REPEATABLE READ;

@@ -74,12 +74,15 @@ SELECT try(format('SELECT pgq.retry(%s)', :i1)) LIKE '55000: %' AS refused;
 SELECT try($$SELECT pgq.retry('jobs', 'nokey')$$);
 SELECT try('SELECT pgq.retry(-1)');
 
--- release and extend, in lease mode
+-- release and extend, in lease mode; the retried item's attempt numbers
+-- went on, so a holder of its attempt before the retry is refused
 SELECT block_id - :i1 AS rel, attempt FROM pgq.claim('jobs', 1);
-SELECT pgq.extend(:bin, '1 hour', attempt => 1) AS extended;
+SELECT pgq.extend(:bin, '1 hour', attempt => 1) AS stale_extended;
+SELECT pgq.extend(:bin, '1 hour', attempt => 2) AS extended;
 SELECT due_at > now() + interval '59 minutes' AS extended FROM pgq.items WHERE item_id = :bin;
-SELECT pgq.release(:bin, attempt => 1) AS released;
-SELECT pgq.release(:bin, attempt => 1) AS again;
+SELECT pgq.release(:bin, attempt => 1) AS stale_released;
+SELECT pgq.release(:bin, attempt => 2) AS released;
+SELECT pgq.release(:bin, attempt => 2) AS again;
 
 -- complete_many: the ids the caller held
 SELECT array(SELECT x - :i1 FROM unnest(

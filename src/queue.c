@@ -1329,7 +1329,7 @@ item_state_name(char state)
 }
 
 /*
- * Set a done or dead item back to pending, with its attempts counted from 0
+ * Set a done or dead item back to pending, with its claims counted from 0
  * and its result cleared (its error history stays); an error for an item
  * that is still pending, scheduled or running.
  */
@@ -1349,16 +1349,20 @@ retry_item(int64 item_id)
 			pgq_check_privilege(&group, PGQ_PRIV_CONSUME);
 			values[0] = Int64GetDatum(group.ref.group_id);
 			values[1] = Int64GetDatum(item_id);
-			/* its claims counted from 0 again: tries, from 0.2 on */
-#define RETRY_BLOCK(tries) \
+			/*
+			 * Its claims are counted from 0 again (tries, from 0.2 on); its
+			 * attempt numbers go on, as a number once handed out never comes
+			 * again (lease.c).  A database at 0.1 has only the attempt.
+			 */
+#define RETRY_BLOCK(counter) \
 	"UPDATE pgq.blocks SET state = 'p', " \
-	"attempt = 0, " tries "lease_until = NULL " \
+	counter "lease_until = NULL " \
 	"WHERE group_id " OP("=") " $1 " \
 	"AND block_id " OP("=") " $2 " \
 	"AND state " OP("=") " 'f'"
 			rc = SPI_execute_with_args(pgq_blocks_fenced() ?
 									   RETRY_BLOCK("tries = 0, ") :
-									   RETRY_BLOCK(""),
+									   RETRY_BLOCK("attempt = 0, "),
 									   2, argtypes, values, NULL, false, 0);
 #undef RETRY_BLOCK
 			if (rc != SPI_OK_UPDATE)
@@ -1387,9 +1391,9 @@ retry_item(int64 item_id)
 	pgq_check_privilege(&group, PGQ_PRIV_USE);
 	values[0] = Int64GetDatum(group.ref.group_id);
 	values[1] = Int64GetDatum(item_id);
-	/* its claims counted from 0 again: tries, from 0.2 on */
-#define RETRY_ITEM(tries) \
-	"UPDATE pgq.items SET state = 'p', attempt = 0, " tries \
+	/* as for blocks above: tries from 0 again, attempt numbers go on */
+#define RETRY_ITEM(counter) \
+	"UPDATE pgq.items SET state = 'p', " counter \
 	"due_at = NULL, result = NULL, result_data = NULL, " \
 	"finished_at = NULL " \
 	"WHERE group_id " OP("=") " $1 " \
@@ -1397,7 +1401,7 @@ retry_item(int64 item_id)
 	"AND state " OP("=") " ANY ('{d,f}'::pg_catalog.\"char\"[]) " \
 	"RETURNING item_id"
 	rc = SPI_execute_with_args(items_fenced() ?
-							   RETRY_ITEM("tries = 0, ") : RETRY_ITEM(""),
+							   RETRY_ITEM("tries = 0, ") : RETRY_ITEM("attempt = 0, "),
 							   2, argtypes, values, NULL, false, 0);
 #undef RETRY_ITEM
 	if (rc != SPI_OK_UPDATE_RETURNING)

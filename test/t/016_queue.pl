@@ -524,8 +524,10 @@ is(stats('tasks'), '0|0|0|199|1|t',
 }
 
 # ---------------------------------------------------------------------------
-# pgq.retry(queue, key) of done items: task-5 runs again (attempt 1), the
-# flaky task-3 fails its first attempt again and is done at attempt 2.
+# pgq.retry(queue, key) of done items: both run again, under attempt numbers
+# that go on from where they were (so a worker still holding an earlier
+# attempt is refused): task-5 at attempt 2, and the flaky task-3, which fails
+# only attempt 1, is done at attempt 3.
 {
 	is( produce($producer,
 			"SELECT pgq.retry('tasks', 'task-5'), pgq.retry('tasks', 'task-3');"),
@@ -534,36 +536,37 @@ is(stats('tasks'), '0|0|0|199|1|t',
 	is_deeply(
 		$r,
 		{
-			'task-5' => 'done, attempt 1, sum ' . sum_of('task-5'),
-			'task-3' => 'done, attempt 2, sum ' . sum_of('task-3')
+			'task-5' => 'done, attempt 2, sum ' . sum_of('task-5'),
+			'task-3' => 'done, attempt 3, sum ' . sum_of('task-3')
 		},
 		'their new results come back through pgq.result(wait =>)');
 	is_deeply(
 		[ @{ delivered() }{qw(task-5 task-3)} ],
-		[ [ 1, 1 ], [ 1, 2, 1, 2 ] ],
-		'both were delivered again, with attempts counted from 1');
+		[ [ 1, 2 ], [ 1, 2, 3 ] ],
+		'both were delivered again, with attempt numbers that go on');
 }
 
-# pgq.retry(id) of the dead item: three more failed attempts, dead again,
-# its error history kept (six errors).
+# pgq.retry(id) of the dead item: three more failed attempts (max_attempts
+# counts claims from 0 again; their numbers are 4 to 6), dead again, its
+# error history kept (six errors).
 {
 	is(produce($producer, "SELECT pgq.retry($id{$POISON});"),
 		't', 'pgq.retry(id) of the dead item');
 	is_deeply(results(produce($producer, result_sql($POISON))),
-		{ $POISON => 'dead, attempt 3, error: poison: attempt 3' },
+		{ $POISON => 'dead, attempt 6, error: poison: attempt 6' },
 		'pgq.result(wait =>) returns when it is dead again');
 	is( $obs->query_ok(qq{
 		SELECT attempt, jsonb_array_length(errors),
 		       (SELECT string_agg(e->>'attempt', ',' ORDER BY o)
 		        FROM jsonb_array_elements(errors) WITH ORDINALITY x(e, o))
 		FROM pgq.dead_items WHERE item_id = $id{$POISON};}),
-		'3|6|1,2,3,1,2,3',
-		'pgq.dead_items: attempt 3, the errors of both rounds');
+		'6|6|1,2,3,4,5,6',
+		'pgq.dead_items: attempt 6, the errors of both rounds');
 }
 
-$exp_delivered{'task-5'} = [ 1, 1 ];
-$exp_delivered{'task-3'} = [ 1, 2, 1, 2 ];
-$exp_delivered{$POISON} = [ 1, 2, 3, 1, 2, 3 ];
+$exp_delivered{'task-5'} = [ 1, 2 ];
+$exp_delivered{'task-3'} = [ 1, 2, 3 ];
+$exp_delivered{$POISON} = [ 1, 2, 3, 4, 5, 6 ];
 is_deeply(delivered(), \%exp_delivered,
 	'no other task was delivered again: the redelivered keys were not run');
 $exp_log{'task-5'} = 2;
