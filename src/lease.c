@@ -29,12 +29,14 @@
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "catalog/pg_type.h"
+#include "commands/dbcommands.h"
 #include "commands/sequence.h"
 #include "executor/executor.h"
 #include "executor/instrument.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "replication/syncrep.h"
+#include "replication/walsender_private.h"
 #include "storage/bufmgr.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
@@ -43,6 +45,7 @@
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
 #include "pgq.h"
@@ -66,9 +69,9 @@ PG_FUNCTION_INFO_V1(pgq_next_attempt);
  *
  * A claim lost in a crash must not let its attempt number be handed out
  * again.  Numbers are kept unique with an epoch: pgq.epoch_seq, taken once
- * per run of the server and database and made durable (WAL flushed, and
- * sent to the synchronous standbys that commits wait for) before anything
- * uses it.  A run is what lies between two starts of the server; a crash
+ * per run of the server and database and made durable (see make_durable())
+ * before anything uses it.  A run is what lies between two starts of the
+ * server; a crash
  * restart and a promotion count as starts.  (A start after a clean shutdown
  * need not move the epoch, but this run cannot tell whether the run that
  * took the last epoch ended cleanly.)  A block records the epoch in which
@@ -83,11 +86,24 @@ PG_FUNCTION_INFO_V1(pgq_next_attempt);
  *   run that began after the block's epoch lost at most attempt + 1 + (its
  *   epoch - the block's epoch), and the epochs only grow.
  *
+ * "Durable" is what make_durable() waits for: on disk, and on the
+ * synchronous standbys that a promotion may choose, whatever the caller's
+ * synchronous_commit says.
+ *
+ * Without pgq in shared_preload_libraries there is no shared memory to
+ * learn whether a run took its epoch: a backend would take one of its own,
+ * and busy servers would run through the epochs.  There no claim commits
+ * asynchronously (and every claiming transaction commits durably, whatever
+ * synchronous_commit says), so no run loses a number, and claims use as
+ * their epoch one more than the last value pgq.epoch_seq handed out, without
+ * taking it: higher than the epoch of any run that may have lost numbers.
+ *
  * max_attempts counts claims (pgq.blocks.tries), not numbers.  A database
  * still at 0.1 has neither column: there every lease claim commits durably
  * (the numbers handed out by a commit that is still in flight at a crash
  * can then come again).
  */
+static bool claimed = false;	/* a lease claim in this transaction */
 static bool claim_xact = false;		/* a claim outside a transaction block */
 static bool other_writes = false;	/* ... and writes of the caller's own */
 static bool durable_xact = false;	/* complete, release, fail */
@@ -115,12 +131,14 @@ static PgqEpochShared *epoch_shared = NULL;
 
 /*
  * This backend's epoch (of pgq.epoch_seq my_epoch_seq), valid for the
- * backend's life: a crash restart ends every backend.  Without shared memory,
- * or once its slots are taken by other databases, each backend takes an
- * epoch of its own, which only skips more numbers.
+ * backend's life: a crash restart ends every backend.  Once the slots are
+ * taken by other databases, each backend takes an epoch of its own, which
+ * only skips more numbers.  Without shared memory, the epoch is not taken
+ * but read (my_epoch_read), and claims commit durably (see above).
  */
 static Oid	my_epoch_seq = InvalidOid;
 static int32 my_epoch = 0;
+static bool my_epoch_read = false;
 
 /* pgq.next_attempt() may run: a claim of queue items runs its statement */
 static bool items_claiming = false;
@@ -155,42 +173,97 @@ pgq_lease_shmem_init(void)
 }
 
 /*
- * Wait until the WAL up to "lsn" is flushed, and received by the
- * synchronous standbys that the caller's synchronous_commit waits for at
- * commit: what a durable commit waits for.  With an invalid "lsn", only for
- * the standbys, up to what is flushed here.
+ * Have the synchronous standbys flushed the WAL up to "lsn", or are there
+ * none to wait for?  (As SyncRepWaitForLSN() decides, before the checkpointer
+ * has published the setting, by the setting.)
+ */
+static bool
+standbys_have(XLogRecPtr lsn)
+{
+	bool		defined;
+	bool		have;
+
+	LWLockAcquire(SyncRepLock, LW_SHARED);
+#ifdef SYNC_STANDBY_DEFINED
+	if (WalSndCtl->sync_standbys_status & SYNC_STANDBY_INIT)
+		defined = (WalSndCtl->sync_standbys_status & SYNC_STANDBY_DEFINED) != 0;
+	else
+		defined = SyncRepStandbyNames != NULL && SyncRepStandbyNames[0] != '\0';
+#else
+	defined = WalSndCtl->sync_standbys_defined;
+#endif
+	have = !defined || WalSndCtl->lsn[SYNC_REP_WAIT_FLUSH] >= lsn;
+	LWLockRelease(SyncRepLock);
+	return have;
+}
+
+/*
+ * Wait until the WAL up to "lsn" is flushed here and by the synchronous
+ * standbys, which a promotion may choose: what attempt numbers wait for
+ * before they are handed out.  The standbys are waited for whatever the
+ * caller's synchronous_commit says (at least "on"), since a number must not
+ * come again after a promotion even if the caller's own commits may be
+ * lost.  With an invalid "lsn", only for the standbys, up to what is
+ * flushed here.
+ *
+ * SyncRepWaitForLSN() ends its wait at a cancel with a warning, not an
+ * error: then nothing may be handed out, and the cancel becomes an error
+ * here.
  */
 static void
 make_durable(XLogRecPtr lsn)
 {
+	int			nestlevel;
+
 	if (XLogRecPtrIsInvalid(lsn))
 		lsn = GetFlushRecPtr(NULL);
 	else
 		XLogFlush(lsn);
+	nestlevel = NewGUCNestLevel();
+	if (synchronous_commit < SYNCHRONOUS_COMMIT_REMOTE_FLUSH)
+		(void) set_config_option("synchronous_commit", "on",
+								 PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_SAVE, true, 0, false);
 	HOLD_INTERRUPTS();
 	SyncRepWaitForLSN(lsn, false);
 	RESUME_INTERRUPTS();
+	AtEOXact_GUC(true, nestlevel);
+	if (!standbys_have(lsn))
+		ereport(ERROR,
+				(errcode(ERRCODE_QUERY_CANCELED),
+				 errmsg("canceling statement due to user request"),
+				 errdetail("The synchronous standbys had not confirmed the attempt numbers of a lease claim.")));
 }
 
 /*
- * The end of the WAL record that last changed a sequence: what makes the
- * values it handed out durable, also those handed out by later nextval()
- * calls that wrote no record of their own.  (The insert position is no
- * flush target: on a page boundary it points past the page header, beyond
- * any record.)
+ * Read a sequence's tuple: the last value it handed out (or will hand out
+ * next, if none yet), and the end of the WAL record that last changed it,
+ * which makes the values it handed out durable, also those of later
+ * nextval() calls that wrote no record of their own.  (The insert position
+ * is no flush target: on a page boundary it points past the page header,
+ * beyond any record.)  As sequence.c's read_seq_tuple(), but without the
+ * privilege check: pgq reads its own sequence for whoever claims.
  */
-static XLogRecPtr
-sequence_lsn(Oid seqid)
+static int64
+read_sequence(Oid seqid, XLogRecPtr *lsn)
 {
 	Relation	rel = relation_open(seqid, AccessShareLock);
 	Buffer		buf = ReadBuffer(rel, 0);
-	XLogRecPtr	lsn;
+	Page		page;
+	ItemId		lp;
+	HeapTupleHeader tuple;
+	int64		last_value;
 
 	LockBuffer(buf, BUFFER_LOCK_SHARE);
-	lsn = PageGetLSN(BufferGetPage(buf));
+	page = BufferGetPage(buf);
+	lp = PageGetItemId(page, FirstOffsetNumber);
+	Assert(ItemIdIsNormal(lp));
+	tuple = (HeapTupleHeader) PageGetItem(page, lp);
+	last_value = ((Form_pg_sequence_data) ((char *) tuple + tuple->t_hoff))->last_value;
+	*lsn = PageGetLSN(page);
 	UnlockReleaseBuffer(buf);
 	relation_close(rel, AccessShareLock);
-	return lsn;
+	return last_value;
 }
 
 /*
@@ -217,55 +290,98 @@ epoch_slot(Oid seqid, PgqEpochSlot **free_slot)
 }
 
 /*
+ * Empty the epoch slots of databases dropped since they took them, so that
+ * the slots do not run out on a server whose databases come and go.  The
+ * catalog is read outside the spinlock; a slot is emptied only if it still
+ * names the database found dropped.
+ */
+static void
+free_dropped_slots(void)
+{
+	Oid			dbids[PGQ_EPOCH_SLOTS];
+
+	SpinLockAcquire(&epoch_shared->mutex);
+	for (int i = 0; i < PGQ_EPOCH_SLOTS; i++)
+		dbids[i] = epoch_shared->slots[i].dbid;
+	SpinLockRelease(&epoch_shared->mutex);
+
+	for (int i = 0; i < PGQ_EPOCH_SLOTS; i++)
+	{
+		if (!OidIsValid(dbids[i]) ||
+			SearchSysCacheExists1(DATABASEOID, ObjectIdGetDatum(dbids[i])))
+			continue;
+		SpinLockAcquire(&epoch_shared->mutex);
+		if (epoch_shared->slots[i].dbid == dbids[i])
+			epoch_shared->slots[i].dbid = InvalidOid;
+		SpinLockRelease(&epoch_shared->mutex);
+	}
+}
+
+/*
  * Know the epoch of this run for pgq.epoch_seq "seqid": from shared memory,
  * or taken by the first caller of the run (made durable first).  Callers
  * that race to take it may take one each; the first to publish wins, and
- * the others' numbers are skipped.
+ * the others' numbers are skipped.  Without shared memory, read (see the
+ * rules above).
  */
 static void
 know_epoch(Oid seqid)
 {
+	PgqEpochSlot *slot;
+	PgqEpochSlot *free_slot;
+	XLogRecPtr	lsn;
 	int64		value;
 
 	if (my_epoch_seq == seqid)
 		return;
-	if (epoch_shared != NULL)
+	if (epoch_shared == NULL)
 	{
-		PgqEpochSlot *slot;
-
-		SpinLockAcquire(&epoch_shared->mutex);
-		slot = epoch_slot(seqid, NULL);
-		if (slot != NULL)
-			my_epoch = slot->epoch;
-		SpinLockRelease(&epoch_shared->mutex);
-		if (slot != NULL)
-		{
-			my_epoch_seq = seqid;
-			return;
-		}
+		value = read_sequence(seqid, &lsn) + 1;
+		if (value > PG_INT32_MAX)
+			ereport(ERROR,
+					(errcode(ERRCODE_SEQUENCE_GENERATOR_LIMIT_EXCEEDED),
+					 errmsg("pgq.epoch_seq has reached its maximum value")));
+		my_epoch = (int32) value;
+		my_epoch_read = true;
+		my_epoch_seq = seqid;
+		return;
 	}
+
+	SpinLockAcquire(&epoch_shared->mutex);
+	slot = epoch_slot(seqid, &free_slot);
+	if (slot != NULL)
+		my_epoch = slot->epoch;
+	SpinLockRelease(&epoch_shared->mutex);
+	if (slot != NULL)
+	{
+		my_epoch_seq = seqid;
+		return;
+	}
+	if (free_slot == NULL)
+		free_dropped_slots();
 
 	/* the sequence is an integer one: an error before it goes too far */
 	value = nextval_internal(seqid, false);
-	make_durable(sequence_lsn(seqid));
+	(void) read_sequence(seqid, &lsn);
+	make_durable(lsn);
 
-	if (epoch_shared != NULL)
+	SpinLockAcquire(&epoch_shared->mutex);
+	slot = epoch_slot(seqid, &free_slot);
+	if (slot != NULL)
+		value = slot->epoch;	/* another caller was first */
+	else if (free_slot != NULL)
 	{
-		PgqEpochSlot *slot;
-		PgqEpochSlot *free_slot;
-
-		SpinLockAcquire(&epoch_shared->mutex);
-		slot = epoch_slot(seqid, &free_slot);
-		if (slot != NULL)
-			value = slot->epoch;	/* another caller was first */
-		else if (free_slot != NULL)
-		{
-			free_slot->dbid = MyDatabaseId;
-			free_slot->seqid = seqid;
-			free_slot->epoch = (int32) value;
-		}
-		SpinLockRelease(&epoch_shared->mutex);
+		free_slot->dbid = MyDatabaseId;
+		free_slot->seqid = seqid;
+		free_slot->epoch = (int32) value;
 	}
+	SpinLockRelease(&epoch_shared->mutex);
+	if (slot == NULL && free_slot == NULL)
+		ereport(LOG,
+				(errmsg("pgq: no epoch slot is free for database \"%s\": this connection takes an epoch of its own",
+						get_database_name(MyDatabaseId)),
+				 errdetail("All %d epoch slots are taken by other databases that used pgq since the server started.",
+						   PGQ_EPOCH_SLOTS)));
 	my_epoch = (int32) value;
 	my_epoch_seq = seqid;
 }
@@ -307,6 +423,34 @@ commit_lsn_if_known(TransactionId xid)
 }
 
 /*
+ * Note that this claim's numbers wait until the commit of "xmin" is durable:
+ * it wrote a row version with an earlier number (see the rules above).
+ */
+static void
+wait_for_commit_of(TransactionId xmin)
+{
+	if (TransactionIdIsNormal(xmin))
+	{
+		XLogRecPtr	lsn = commit_lsn_if_known(xmin);
+
+		if (lsn > reclaimed_lsn)
+			reclaimed_lsn = lsn;
+	}
+	reclaimed = true;
+}
+
+/*
+ * A lease-mode queue's claim moved an item whose row version had "xmin" back
+ * to pending, to claim it again: the row version it claims is its own, and
+ * the claim before is that of xmin.
+ */
+void
+pgq_lease_promoted(TransactionId xmin)
+{
+	wait_for_commit_of(xmin);
+}
+
+/*
  * The attempt number of a new claim of a block whose row version has
  * "attempt", "epoch" (NULL in blocks made before the update from 0.1) and
  * "xmin" (see the rules above).  Notes what the claim must wait for before
@@ -319,16 +463,7 @@ next_attempt(int32 attempt, bool epoch_isnull, int32 epoch, TransactionId xmin)
 
 	/* the claim before this one must be durable first */
 	if (attempt > 0)
-	{
-		if (TransactionIdIsNormal(xmin))
-		{
-			XLogRecPtr	lsn = commit_lsn_if_known(xmin);
-
-			if (lsn > reclaimed_lsn)
-				reclaimed_lsn = lsn;
-		}
-		reclaimed = true;
-	}
+		wait_for_commit_of(xmin);
 
 	if (epoch_isnull)
 		next += my_epoch;
@@ -405,6 +540,7 @@ pgq_lease_durable(void)
 void
 pgq_lease_claim_async(void)
 {
+	claimed = true;
 	if (IsTransactionBlock() || claim_running)
 		return;
 	if (!claim_xact)
@@ -433,15 +569,24 @@ pgq_lease_claim_done(void)
 
 /*
  * At pre-commit, make the commit of a transaction that only claimed
- * asynchronous.  The setting goes back at the end of the transaction.
+ * asynchronous; or, with an epoch that was read, not taken, the commit of
+ * any transaction that claimed durable.  The setting goes back at the end of
+ * the transaction.
  */
 static void
 lease_xact_callback(XactEvent event, void *arg)
 {
-	if (event != XACT_EVENT_PRE_COMMIT || !claim_xact)
+	if (event != XACT_EVENT_PRE_COMMIT || !claimed)
 		return;
-	if (!other_writes && !durable_xact &&
-		pgWalUsage.wal_records == claim_wal_mark)
+	if (my_epoch_read)
+	{
+		if (synchronous_commit < SYNCHRONOUS_COMMIT_REMOTE_FLUSH)
+			(void) set_config_option("synchronous_commit", "on",
+									 PGC_USERSET, PGC_S_SESSION,
+									 GUC_ACTION_LOCAL, true, 0, false);
+	}
+	else if (claim_xact && !other_writes && !durable_xact &&
+			 pgWalUsage.wal_records == claim_wal_mark)
 		(void) set_config_option("synchronous_commit", "off",
 								 PGC_USERSET, PGC_S_SESSION,
 								 GUC_ACTION_LOCAL, true, 0, false);
@@ -475,6 +620,7 @@ pgq_lease_init(void)
 void
 pgq_lease_xact_end(void)
 {
+	claimed = false;
 	claim_xact = false;
 	other_writes = false;
 	durable_xact = false;

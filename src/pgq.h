@@ -307,6 +307,7 @@ extern void pgq_lease_durable(void);
 extern void pgq_lease_claim_async(void);
 extern void pgq_lease_claim_done(void);
 extern void pgq_lease_items_claiming(bool on);
+extern void pgq_lease_promoted(TransactionId xmin);
 extern void pgq_lease_xact_end(void);
 extern void pgq_lease_init(void);
 extern Size pgq_lease_shmem_size(void);

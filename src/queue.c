@@ -561,6 +561,11 @@ pgq_enqueue_many(PG_FUNCTION_ARGS)
  * whose time came, and claims whose lease ran out, which count as a failed
  * attempt and are dead-lettered if that was the last one.  Items locked by
  * others are left to them.
+ *
+ * With fenced attempt numbers, the claim that follows may take such an item
+ * in the row version written here: the claim before it is that of the
+ * version moved, whose commit its numbers must wait for (lease.c), so the
+ * statement returns that version's xmin.
  */
 static void
 promote_due(const PgqGroup *group, TimestampTz now, bool fenced)
@@ -586,19 +591,19 @@ promote_due(const PgqGroup *group, TimestampTz now, bool fenced)
 	"pg_catalog.jsonb_build_object('attempt', i.attempt, " \
 	"'error', 'lease expired', 'at', $2)) " \
 	"ELSE i.errors END " \
-	"WHERE i.ctid " OP("=") " ANY (ARRAY(" \
-	"SELECT ctid FROM pgq.items " \
+	"FROM (SELECT ctid AS tid, xmin AS moved_xmin FROM pgq.items " \
 	"WHERE group_id " OP("=") " $1 " \
 	"AND state " OP("=") " ANY ('{c,r}'::pg_catalog.\"char\"[]) " \
 	"AND due_at " OP("<=") " $2 " \
 	"ORDER BY group_id, due_at LIMIT $4 " \
-	"FOR UPDATE SKIP LOCKED))"
+	"FOR UPDATE SKIP LOCKED) d " \
+	"WHERE i.ctid " OP("=") " d.tid "
 	if (plans[fenced] == NULL)
 	{
 		Oid			argtypes[4] = {INT8OID, TIMESTAMPTZOID, INT4OID, INT4OID};
 
 		plans[fenced] = pgq_keep_plan(fenced ?
-									  PROMOTE_DUE(TRIES_FENCED) :
+									  PROMOTE_DUE(TRIES_FENCED) "RETURNING d.moved_xmin" :
 									  PROMOTE_DUE(TRIES_0_1),
 									  4, argtypes);
 	}
@@ -608,10 +613,22 @@ promote_due(const PgqGroup *group, TimestampTz now, bool fenced)
 	values[2] = Int32GetDatum(group->max_attempts);
 	values[3] = Int32GetDatum(PGQ_PROMOTE_LIMIT);
 	rc = SPI_execute_plan(plans[fenced], values, NULL, false, 0);
-	if (rc != SPI_OK_UPDATE)
+	if (rc != (fenced ? SPI_OK_UPDATE_RETURNING : SPI_OK_UPDATE))
 		elog(ERROR, "could not update due items: %s", SPI_result_code_string(rc));
 	if (SPI_processed > 0)
 		pgq_claim_changed_more();
+	if (fenced)
+	{
+		for (uint64 i = 0; i < SPI_processed; i++)
+		{
+			bool		isnull;
+
+			pgq_lease_promoted(DatumGetTransactionId(SPI_getbinval(SPI_tuptable->vals[i],
+																   SPI_tuptable->tupdesc,
+																   1, &isnull)));
+		}
+		SPI_freetuptable(SPI_tuptable);
+	}
 }
 
 /* qsort comparator: claimed items in claim order */

@@ -6,6 +6,12 @@
 # The same measurement on a preloaded node reads a couple of entries, which
 # shows that the measurement can tell the two apart (sql/hint.sql asserts the
 # preloaded side in the regression suite).
+#
+# Lease claims without preload: no shared memory tells a backend whether the
+# run took its epoch, so none is taken (pgq.epoch_seq does not move with
+# every new connection) and every claiming transaction commits durably: a
+# claim in autocommit survives a crash (the WAL writer stopped, then killed,
+# as in 040_lease_durability.pl).
 
 use strict;
 use warnings;
@@ -20,7 +26,12 @@ use PgqTest;
 
 my $plain = PostgreSQL::Test::Cluster->new('nopreload');
 $plain->init;
-$plain->append_conf('postgresql.conf', "max_prepared_transactions = 2\n");
+$plain->append_conf('postgresql.conf', q{
+max_prepared_transactions = 2
+autovacuum = off
+bgwriter_lru_maxpages = 0
+restart_after_crash = on
+});
 $plain->start;
 
 is( $plain->safe_psql('postgres', 'SHOW shared_preload_libraries'),
@@ -145,6 +156,41 @@ ok($hint_reads >= 1 && $hint_reads < 5,
 	"with preload, the claim started at the hint ($hint_reads index entries read)");
 diag "index entries read by the 201st claim: $plain_reads without preload, "
   . "$hint_reads with preload";
+
+# --- lease claims: no epoch per connection, durable commits
+my $epoch_before = $plain->safe_psql('postgres',
+	'SELECT last_value FROM pgq.epoch_seq');
+$plain->safe_psql('postgres', q{
+	SELECT pgq.create_group('lz', 'SELECT g FROM generate_series(1, 4) g', 1,
+	                        mode => 'lease');
+});
+my @lz = map {
+	$plain->safe_psql('postgres',
+		"SELECT block_id || ' ' || attempt FROM pgq.claim('lz')")
+} 1 .. 3;
+is_deeply([ map { (split / /)[1] } @lz ], [ 1, 1, 1 ],
+	'three connections claimed a block each, attempt 1');
+is($plain->safe_psql('postgres', 'SELECT last_value FROM pgq.epoch_seq'),
+	$epoch_before, 'no connection took an epoch of its own');
+is( $plain->safe_psql('postgres',
+		"SELECT string_agg(DISTINCT epoch::text, ',') FROM pgq.blocks b
+		 JOIN pgq.groups USING (group_id) WHERE group_name = 'lz'"),
+	$epoch_before + 1,
+	'the blocks record one more than the last epoch taken');
+
+my $walwriter = $plain->safe_psql('postgres',
+	"SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'");
+ok(kill('STOP', $walwriter), "the WAL writer ($walwriter) is stopped");
+my ($lz_block, $lz_attempt) = split / /,
+  $plain->safe_psql('postgres',
+	"SELECT block_id || ' ' || attempt FROM pgq.claim('lz')");
+my $log_offset = -s $plain->logfile;
+ok(kill('KILL', $walwriter), 'kill -9 of the WAL writer: a crash restart');
+$plain->wait_for_log(qr/database system is ready to accept connections/,
+	$log_offset);
+is( $plain->safe_psql('postgres',
+		"SELECT state::text || ' ' || attempt FROM pgq.blocks WHERE block_id = $lz_block"),
+	"c $lz_attempt", 'the claim made in autocommit survived the crash');
 
 $plain->stop;
 $preloaded->stop;

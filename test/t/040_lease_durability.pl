@@ -163,12 +163,23 @@ is( $node->safe_psql('postgres',
 
 # An item claimed twice (its lease ran out), in a second crash.  The server
 # had to flush the WAL for the claims above; it flushes nothing for these.
+# The second claim first moves the expired item back to pending, so the row
+# version it claims is its own: it must wait for the commit of the version
+# it moved.  pg_xact keeps one commit LSN per group of 32 xids, and a claim
+# that asked pg_xact about its own xid got its group's: the first claim's
+# when the two claims' xids share a group.  So the second claim's xids start
+# a group of their own, in which nothing has committed.
 $node->safe_psql('postgres', "SELECT pgq.enqueue('jobs_again', '{\"job\": 2}')");
 $node->safe_psql('postgres', 'CHECKPOINT');
 $walwriter = $node->safe_psql('postgres',
 	"SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'");
 ok(kill('STOP', $walwriter), "the WAL writer ($walwriter) is stopped");
 my ($item_again, $item_again1) = split / /, claim('jobs_again');
+my $next_xid;
+do
+{
+	$next_xid = $node->safe_psql('postgres', 'SELECT txid_current() + 1');
+} while ($next_xid % 32 != 0);
 my (undef, $item_again2) = split / /, claim('jobs_again');
 is("$item_again1 $item_again2", '1 2', 'an item claimed twice before the crash');
 crash();
