@@ -10,9 +10,17 @@
 # giving them anything: each completes the held block and enqueues an item,
 # and rolls back (a rollback wakes the groups' waiters, as a commit would).
 # Each waiter's memory is logged (pg_log_backend_memory_contexts) before and
-# after; it must not grow by more than $bound_kb.  A leak of even 1 kB per
-# look would pass that bound many times over.  The waiters then end for real:
-# the holder completes its block and item, and an item is enqueued.
+# after; it must not grow by more than $bound_kb.  The waiters then end for
+# real: the holder completes its block and item, and an item is enqueued.
+#
+# Wake-ups that come while a waiter looks make it look once more, not once
+# each, so each waiter counts its looks itself: every look after a wake-up
+# reads the group's row (a waiting claim) or the item's (pgq.result) with one
+# scan of pgq.groups or pgq.items, which the waiter's transaction counts
+# (pg_stat_get_xact_numscans, read in the waiter's statement once the wait
+# is over).  Each must have looked at least $min_looks times while the
+# wake-ups came, so that a leak of even 1 kB per look would pass the bound
+# twice over.
 
 use strict;
 use warnings;
@@ -28,6 +36,7 @@ use PgqTest;
 
 my $wakes = 3000;
 my $bound_kb = 512;
+my $min_looks = 1000;
 
 my $node = PostgreSQL::Test::Cluster->new('wait_memory');
 $node->init;
@@ -51,20 +60,42 @@ is(scalar @blocks, 2, 'the holder holds both blocks');
 ok($item, "the holder holds item $item");
 my $block = $blocks[0];
 
-# The waiters: only wake-ups make them look again.
+# The waiters: only wake-ups make them look again.  For each, its query,
+# the relation that it scans once at each look after a wake-up, and how many
+# scans of it the waiter makes besides (the claim's lookup of its group;
+# pgq.result's lookup of the item, and its first look).
 my %waiters = (
-	'lease claim' => q{SELECT count(*) FROM pgq.claim('lg', wait => '1 hour');},
-	'queue claim' =>
-	  q{SELECT payload FROM pgq.claim('q', wait => '1 hour');},
-	'pgq.result' => qq{SELECT state FROM pgq.result($item, wait => '1 hour');},
+	'lease claim' => [
+		q{SELECT count(*)::text AS r FROM pgq.claim('lg', wait => '1 hour')},
+		'groups', 1
+	],
+	'queue claim' => [
+		q{SELECT payload::text AS r FROM pgq.claim('q', wait => '1 hour')},
+		'groups', 1
+	],
+	'pgq.result' => [
+		qq{SELECT state AS r FROM pgq.result($item, wait => '1 hour')},
+		'items', 2
+	],
 );
 my %w;
 for my $name (sort keys %waiters)
 {
+	my ($query, $rel) = @{ $waiters{$name} };
 	(my $app = $name) =~ s/\W/_/g;
 	$w{$name} = new_session($node, $app);
 	$w{$name}->query_ok("SET pgq.wait_recheck_interval = '1h';");
-	$w{$name}->send($waiters{$name});
+
+	# the result, and then (a row formed from the finished wait's row) the
+	# scans of the relation and its indexes by the waiter's transaction
+	$w{$name}->send(
+		qq{WITH w AS MATERIALIZED ($query)
+SELECT w.r || '|' || sum(pg_stat_get_xact_numscans(c.oid))
+FROM w, pg_class c
+WHERE c.oid = 'pgq.$rel'::regclass
+   OR c.oid IN (SELECT indexrelid FROM pg_index
+                WHERE indrelid = 'pgq.$rel'::regclass)
+GROUP BY w.r;});
 }
 
 my $obs = new_session($node, 'observer');
@@ -113,29 +144,35 @@ ROLLBACK;
 }
 
 ok(all_sleeping(), "the waiters sleep again after $wakes wake-ups");
-for my $name (sort keys %w)
-{
-	my $after = logged_memory($w{$name}->pid);
-	my $growth_kb = ($after - $before{$name}) / 1024;
-	note sprintf('%s: %d bytes before, %d after the wake-ups',
-		$name, $before{$name}, $after);
-	cmp_ok($growth_kb, '<', $bound_kb,
-		"$name: memory grew by less than $bound_kb kB over $wakes wake-ups");
-}
+my %after = map { $_ => logged_memory($w{$_}->pid) } keys %w;
 
-# End the waits: the holder's work is done, and an item comes.
+# End the waits: the holder's work is done, and an item comes.  Its three
+# commits, and the queue claim's own, wake each waiter at most four times.
+my $end_looks = 4;
 $holder->query_ok(
 	qq{SELECT pgq.complete(b, attempt => 1) FROM unnest('{@{[join(',', @blocks)]}}'::bigint[]) b;
 	   SELECT pgq.complete($item, result => '{"ok": true}', attempt => 1);
 	   SELECT pgq.enqueue('q', '{"n": 3}');});
+my %result;
 for my $name (sort keys %w)
 {
 	is($w{$name}->wait, 'done', "$name: the wait ended");
 	is($w{$name}->{error}, '', "$name: without an error");
+	my ($r, $scans) = $w{$name}->{result} =~ /\A(.*)\|(\d+)\z/s;
+	$result{$name} = $r // '';
+	my $looks = ($scans // 0) - $waiters{$name}[2] - $end_looks;
+	my $growth_kb = ($after{$name} - $before{$name}) / 1024;
+	note sprintf(
+		'%s: %d bytes before, %d after the wake-ups; %d scans of pgq.%s',
+		$name, $before{$name}, $after{$name}, $scans // -1, $waiters{$name}[1]);
+	cmp_ok($looks, '>=', $min_looks,
+		"$name: looked again at least $min_looks times during the wake-ups");
+	cmp_ok($growth_kb, '<', $bound_kb,
+		"$name: memory grew by less than $bound_kb kB over at least $looks looks");
 }
-is($w{'lease claim'}->{result}, '0', 'lease claim: the group ran out');
-is($w{'queue claim'}->{result}, '{"n": 3}', 'queue claim: got the new item');
-is($w{'pgq.result'}->{result}, 'done', 'pgq.result: the item is done');
+is($result{'lease claim'}, '0', 'lease claim: the group ran out');
+is($result{'queue claim'}, '{"n": 3}', 'queue claim: got the new item');
+is($result{'pgq.result'}, 'done', 'pgq.result: the item is done');
 
 $_->close for ($holder, $obs, $waker, values %w);
 $node->stop;
