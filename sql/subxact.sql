@@ -79,7 +79,11 @@ DELETE FROM sx_log;
 
 -- statement_timeout during a waiting claim, in every mode: nothing comes,
 -- so each waits until the timeout cancels it.  Rechecks every 10 ms make
--- lease-mode and queue claims start many attempts before that.
+-- lease-mode and queue claims start many attempts before that.  The
+-- result waited for is of an item enqueued before the transaction (a wait
+-- in the transaction that enqueued it is refused at once).
+SELECT pgq.create_queue('subxact_results');
+SELECT pgq.enqueue('subxact_results', '{}') AS sx_item \gset
 SET pgq.wait_recheck_interval = '10ms';
 BEGIN;
 SET LOCAL statement_timeout = '100ms';
@@ -88,11 +92,12 @@ SELECT * FROM sx_case($$SELECT * FROM pgq.claim('sx_tx_paused', wait => '1 hour'
 SELECT * FROM sx_case(format($$SELECT * FROM pgq.claim('sx_advisory_paused', wait => '1 hour', worker_id => %s)$$, :worker));
 SELECT * FROM sx_case($$SELECT * FROM pgq.claim('sx_queue', wait => '1 hour')$$);
 SELECT * FROM sx_case($$SELECT * FROM pgq.claim('sx_tx_queue', wait => '1 hour')$$);
-SELECT * FROM sx_case($$SELECT * FROM pgq.result(pgq.enqueue('sx_tx_queue', '{}'), wait => '1 hour')$$);
+SELECT * FROM sx_case(format($$SELECT * FROM pgq.result(%s, wait => '1 hour')$$, :sx_item));
 RESET statement_timeout;
 INSERT INTO sx_log VALUES ('after the cases');
 COMMIT;
 RESET pgq.wait_recheck_interval;
+SELECT pgq.drop_group('subxact_results');
 SELECT step FROM sx_log;
 DELETE FROM sx_log;
 

@@ -1494,7 +1494,9 @@ pgq_retry_key(PG_FUNCTION_ARGS)
  *
  * An item's state and result.  With wait, waits inside the server until
  * the item is done or dead, or the time is up, woken by the commit that
- * finished it.
+ * finished it.  Waiting for an unfinished item whose row version the
+ * calling transaction wrote (it enqueued, retried or claimed the item) is
+ * refused at once: no worker can finish it before that transaction commits.
  */
 Datum
 pgq_result(PG_FUNCTION_ARGS)
@@ -1543,7 +1545,8 @@ pgq_result(PG_FUNCTION_ARGS)
 	{
 		Oid			argtypes[2] = {INT8OID, INT8OID};
 
-		plan = pgq_keep_plan("SELECT state, result, result_data, attempt, last_error "
+		plan = pgq_keep_plan("SELECT state, result, result_data, attempt, last_error, "
+							 "xmin "
 							 "FROM pgq.items WHERE group_id " OP("=") " $1 "
 							 "AND item_id " OP("=") " $2",
 							 2, argtypes);
@@ -1553,6 +1556,7 @@ pgq_result(PG_FUNCTION_ARGS)
 	{
 		Datum		args[2];
 		uint64		seen = pgq_wait_generation(&group.ref);
+		TransactionId xmin;
 		bool		isnull;
 		int			rc;
 
@@ -1567,8 +1571,19 @@ pgq_result(PG_FUNCTION_ARGS)
 					 errmsg("item " INT64_FORMAT " does not exist any more", item_id)));
 		state = DatumGetChar(SPI_getbinval(SPI_tuptable->vals[0],
 										   SPI_tuptable->tupdesc, 1, &isnull));
-		if (state == 'd' || state == 'f' || deadline == 0 ||
-			!pgq_wait_for_wakeup(&group.ref, deadline, seen))
+		if (state == 'd' || state == 'f' || deadline == 0)
+			break;
+		xmin = DatumGetTransactionId(SPI_getbinval(SPI_tuptable->vals[0],
+												   SPI_tuptable->tupdesc, 6,
+												   &isnull));
+		if (TransactionIdIsCurrentTransactionId(xmin))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
+					 errmsg("cannot wait for the result of item " INT64_FORMAT " before this transaction commits",
+							item_id),
+					 errdetail("This transaction enqueued the item, or retried or claimed it, and no worker sees that before the transaction commits: the wait could only run out."),
+					 errhint("Commit first, then wait for the result in autocommit mode or in a new transaction.")));
+		if (!pgq_wait_for_wakeup(&group.ref, deadline, seen))
 			break;
 		/* woken: look again, without keeping this look's row */
 		SPI_freetuptable(SPI_tuptable);
