@@ -323,3 +323,12 @@ LANGUAGE C VOLATILE STRICT;
 
 COMMENT ON FUNCTION pgq.channel(text) IS
 'the channel to LISTEN on for the group''s notifications (pgq.notify); for roles that may consume or produce it';
+
+-- A group's query as PostgreSQL reads it: parsed and analysed as its
+-- creator, written back as text with every table, function and type named
+-- with its schema (group.c).  create_group joins a group whose query reads
+-- the same, however its text is laid out, and refuses one whose text is
+-- the same but reads other tables (under another search_path, say).
+-- Groups made before the update have none: their query text must match
+-- exactly, as in 0.1.
+ALTER TABLE pgq.groups ADD COLUMN canonical_query text;

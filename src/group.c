@@ -18,6 +18,7 @@
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
 #include "commands/sequence.h"
 #include "executor/executor.h"
@@ -26,6 +27,7 @@
 #include "nodes/makefuncs.h"
 #include "nodes/nodeFuncs.h"
 #include "nodes/parsenodes.h"
+#include "parser/analyze.h"
 #include "storage/lock.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -36,6 +38,7 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/plancache.h"
+#include "utils/ruleutils.h"
 #include "utils/snapmgr.h"
 
 #include "pgq.h"
@@ -134,6 +137,95 @@ pgq_prepare_group_query(const char *query)
 				 errdetail("The query uses FOR UPDATE, FOR NO KEY UPDATE, FOR SHARE or FOR KEY SHARE.")));
 	(void) check_id_column(source->resultDesc);
 	return plan;
+}
+
+/*
+ * Append the ids of the temporary tables that a query, or any query in it,
+ * reads: the deparsed text names them without their schema, which is
+ * another one in every session.
+ */
+static bool
+temp_tables_walker(Node *node, StringInfo buf)
+{
+	if (node == NULL)
+		return false;
+	if (IsA(node, Query))
+	{
+		ListCell   *lc;
+
+		foreach(lc, ((Query *) node)->rtable)
+		{
+			RangeTblEntry *rte = lfirst_node(RangeTblEntry, lc);
+
+			if (rte->rtekind == RTE_RELATION &&
+				get_rel_persistence(rte->relid) == RELPERSISTENCE_TEMP)
+				appendStringInfo(buf, "\n-- temporary table %u", rte->relid);
+		}
+		return query_tree_walker((Query *) node, temp_tables_walker,
+								 (void *) buf, 0);
+	}
+	return expression_tree_walker(node, temp_tables_walker, (void *) buf);
+}
+
+/*
+ * Settings under which a query is written back as text: every name outside
+ * pg_catalog with its schema, and constants in one spelling whatever the
+ * session's settings.
+ */
+static const char *const canonical_settings[][2] = {
+	{"search_path", "pg_catalog"},
+	{"DateStyle", "ISO, YMD"},
+	{"IntervalStyle", "postgres"},
+	{"TimeZone", "UTC"},
+	{"extra_float_digits", "3"},
+	{"bytea_output", "hex"},
+	{"standard_conforming_strings", "on"},
+	{"quote_all_identifiers", "off"},
+	{"lc_monetary", "C"}
+};
+
+/*
+ * The query that a plan of pgq_prepare_group_query() holds, as PostgreSQL
+ * reads it: parsed and analysed again (as the current role, executing
+ * nothing), then written back as text, the way a view's definition is,
+ * with every table, function, operator and type named with its schema.
+ * Layout, comments and the case of keywords are gone; another table (under
+ * another search_path, say), another function or another constant gives
+ * another text.  Tables are named, not numbered, so the text stays the same
+ * across a dump and restore.
+ */
+static char *
+canonical_query(SPIPlanPtr plan)
+{
+	CachedPlanSource *source = linitial(SPI_plan_get_plan_sources(plan));
+	RawStmt    *raw = copyObject(source->raw_parse_tree);
+	Query	   *query;
+	StringInfoData buf;
+	int			nestlevel;
+
+	query = parse_analyze_fixedparams(raw, source->query_string, NULL, 0,
+									  NULL);
+	nestlevel = NewGUCNestLevel();
+	for (size_t i = 0; i < lengthof(canonical_settings); i++)
+		(void) set_config_option(canonical_settings[i][0],
+								 canonical_settings[i][1],
+								 PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_SAVE, true, 0, false);
+	initStringInfo(&buf);
+	appendStringInfoString(&buf, pg_get_querydef(query, false));
+	AtEOXact_GUC(true, nestlevel);
+	(void) temp_tables_walker((Node *) query, &buf);
+	return buf.data;
+}
+
+/* Does pgq.groups have the column canonical_query (0.2 and later)? */
+static bool
+have_canonical_query(void)
+{
+	Oid			relid = get_relname_relid("groups",
+										  get_namespace_oid("pgq", false));
+
+	return get_attnum(relid, "canonical_query") != InvalidAttrNumber;
 }
 
 /*
@@ -461,16 +553,18 @@ capture_settings(void)
 /*
  * Insert the group's row unless the name is taken; returns the new group's
  * id, or 0 when a group of that name exists (waiting first for its creator,
- * if it has not committed yet).  timeout is NULL for none.
+ * if it has not committed yet).  timeout is NULL for none; canonical is
+ * NULL in a database still at 0.1, which has no column for it.
  */
 static int64
-insert_group(text *name, PgqMode mode, text *query, int block_size,
-			 Interval *lease, int32 max_attempts, Interval *timeout)
+insert_group(text *name, PgqMode mode, text *query, const char *canonical,
+			 int block_size, Interval *lease, int32 max_attempts,
+			 Interval *timeout)
 {
-	Oid			argtypes[9] = {TEXTOID, TEXTOID, TEXTOID, INT4OID, REGROLEOID,
-	INTERVALOID, INT4OID, TEXTARRAYOID, INTERVALOID};
-	Datum		values[9];
-	char		nulls[9];
+	Oid			argtypes[10] = {TEXTOID, TEXTOID, TEXTOID, INT4OID, REGROLEOID,
+	INTERVALOID, INT4OID, TEXTARRAYOID, INTERVALOID, TEXTOID};
+	Datum		values[10];
+	char		nulls[10];
 	PgqGroupRef ref;
 	int			rc;
 
@@ -486,17 +580,26 @@ insert_group(text *name, PgqMode mode, text *query, int block_size,
 	values[8] = IntervalPGetDatum(timeout);
 	if (timeout == NULL)
 		nulls[8] = 'n';
+	if (canonical != NULL)
+		values[9] = CStringGetTextDatum(canonical);
 
-	rc = SPI_execute_with_args("INSERT INTO pgq.groups "
-							   "(group_name, mode, query, block_size, owner, "
-							   "search_path, lease, max_attempts, settings, "
-							   "materialize_timeout) "
-							   "VALUES ($1, $2, $3, $4, $5, "
-							   "pg_catalog.current_setting('search_path'), "
-							   "$6, $7, $8, $9) "
-							   "ON CONFLICT (group_name) DO NOTHING "
-							   "RETURNING group_id, created_at",
-							   9, argtypes, values, nulls, false, 1);
+#define INSERT_GROUP(column, value) \
+	"INSERT INTO pgq.groups " \
+	"(group_name, mode, query, block_size, owner, " \
+	"search_path, lease, max_attempts, settings, " \
+	"materialize_timeout" column ") " \
+	"VALUES ($1, $2, $3, $4, $5, " \
+	"pg_catalog.current_setting('search_path'), " \
+	"$6, $7, $8, $9" value ") " \
+	"ON CONFLICT (group_name) DO NOTHING " \
+	"RETURNING group_id, created_at"
+	if (canonical != NULL)
+		rc = SPI_execute_with_args(INSERT_GROUP(", canonical_query", ", $10"),
+								   10, argtypes, values, nulls, false, 1);
+	else
+		rc = SPI_execute_with_args(INSERT_GROUP("", ""),
+								   9, argtypes, values, nulls, false, 1);
+#undef INSERT_GROUP
 	if (rc != SPI_OK_INSERT_RETURNING)
 		elog(ERROR, "could not insert a group: %s", SPI_result_code_string(rc));
 	if (SPI_processed == 0)
@@ -514,10 +617,16 @@ insert_group(text *name, PgqMode mode, text *query, int block_size,
  * Check that an existing group, which the caller may join (see
  * pgq_check_join()), is the one the caller asked for.  Returns false if the
  * group is gone (dropped since the lookup found it).
+ *
+ * Queries are the same when they read the same, as canonical_query() writes
+ * them, whatever their layout; a group made before the update from 0.1 has
+ * no canonical text, and its query text must be the same, character for
+ * character.
  */
 static bool
 check_existing_group(const PgqGroup *existing, PgqMode mode, text *query,
-					 int block_size, Interval *lease, int32 max_attempts)
+					 const char *canonical, int block_size, Interval *lease,
+					 int32 max_attempts)
 {
 	Interval   *old_lease;
 	int32		old_max_attempts;
@@ -528,16 +637,27 @@ check_existing_group(const PgqGroup *existing, PgqMode mode, text *query,
 	const char *groupname = existing->name;
 	char	   *old_mode;
 	char	   *old_query;
+	char	   *old_canonical = NULL;
+	char	   *new_query = text_to_cstring(query);
+	bool		same_text;
 	int			old_block_size;
 	bool		isnull;
 	int			rc;
 
 	values[0] = Int64GetDatum(existing->ref.group_id);
 	/* with the fresh snapshot that found it */
-	rc = pgq_execute_fresh("SELECT mode, query, block_size, lease, max_attempts "
-						   "FROM pgq.groups "
-						   "WHERE group_id " OP("=") " $1",
-						   1, argtypes, values);
+	if (canonical != NULL)
+		rc = pgq_execute_fresh("SELECT mode, query, block_size, lease, "
+							   "max_attempts, search_path, canonical_query "
+							   "FROM pgq.groups "
+							   "WHERE group_id " OP("=") " $1",
+							   1, argtypes, values);
+	else
+		rc = pgq_execute_fresh("SELECT mode, query, block_size, lease, "
+							   "max_attempts, search_path "
+							   "FROM pgq.groups "
+							   "WHERE group_id " OP("=") " $1",
+							   1, argtypes, values);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "could not read group: %s", SPI_result_code_string(rc));
 	if (SPI_processed == 0)
@@ -550,12 +670,19 @@ check_existing_group(const PgqGroup *existing, PgqMode mode, text *query,
 	old_block_size = DatumGetInt32(SPI_getbinval(tuple, tupdesc, 3, &isnull));
 	old_lease = DatumGetIntervalP(SPI_getbinval(tuple, tupdesc, 4, &isnull));
 	old_max_attempts = DatumGetInt32(SPI_getbinval(tuple, tupdesc, 5, &isnull));
+	if (canonical != NULL)
+		old_canonical = SPI_getvalue(tuple, tupdesc, 7);
 
-	if (strcmp(old_query, text_to_cstring(query)) != 0)
+	same_text = strcmp(old_query, new_query) == 0;
+	if (old_canonical != NULL ? strcmp(old_canonical, canonical) != 0 :
+		!same_text)
 		ereport(ERROR,
 				(errcode(ERRCODE_DUPLICATE_OBJECT),
 				 errmsg("group \"%s\" already exists with a different query",
 						groupname),
+				 same_text ?
+				 errdetail("The text is that of the existing group's query, but here it names other tables, functions or constants: the existing group's query was read with search_path \"%s\".",
+						   SPI_getvalue(tuple, tupdesc, 6)) :
 				 errdetail("The existing group's query is \"%s\".", old_query),
 				 errhint("Use another group name, or drop the group first with pgq.drop_group().")));
 	if (old_block_size != block_size)
@@ -1003,6 +1130,7 @@ pgq_create_group(PG_FUNCTION_ARGS)
 	Oid			owner;
 	int64		group_id;
 	SPIPlanPtr	plan;
+	char	   *canonical = NULL;
 	PgqScope	scope;
 
 	pgq_check_arg_not_null(fcinfo, 0, "group_name");
@@ -1039,13 +1167,26 @@ pgq_create_group(PG_FUNCTION_ARGS)
 
 	pgq_enter(&scope);
 	SPI_connect();
+
+	/*
+	 * The query is parsed, checked and read as the caller, with its rights,
+	 * before anything else: a query that cannot run is refused here and
+	 * now, and a caller that joins compares what its own query reads with
+	 * what the group's does.
+	 */
+	pgq_become_caller(&scope);
+	plan = pgq_prepare_group_query(text_to_cstring(query));
+	if (have_canonical_query())
+		canonical = canonical_query(plan);
+	pgq_become_owner(&scope);
+
 	for (;;)
 	{
 		PgqGroup	existing;
 
 		CHECK_FOR_INTERRUPTS();
-		group_id = insert_group(name, mode, query, block_size, lease,
-								max_attempts, timeout);
+		group_id = insert_group(name, mode, query, canonical, block_size,
+								lease, max_attempts, timeout);
 		if (group_id != 0)
 		{
 			pgq_check_create_owner(name, PGQ_KIND_QUERY, owner);
@@ -1060,8 +1201,8 @@ pgq_create_group(PG_FUNCTION_ARGS)
 		if (!pgq_find_group(name, &existing))
 			continue;			/* dropped between our insert and our look */
 		pgq_check_join(&existing, PGQ_KIND_QUERY, owner);
-		if (check_existing_group(&existing, mode, query, block_size, lease,
-								 max_attempts))
+		if (check_existing_group(&existing, mode, query, canonical,
+								 block_size, lease, max_attempts))
 		{
 			pgq_report_join(&existing);
 			SPI_finish();
@@ -1070,12 +1211,8 @@ pgq_create_group(PG_FUNCTION_ARGS)
 		}
 	}
 
-	/*
-	 * The query is parsed and run as the caller, with its rights; either
-	 * way, a query that cannot run is refused here and now.
-	 */
+	/* the query runs as the caller, with its rights */
 	pgq_become_caller(&scope);
-	plan = pgq_prepare_group_query(text_to_cstring(query));
 	if (async)
 	{
 		pgq_become_owner(&scope);

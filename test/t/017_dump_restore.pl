@@ -40,8 +40,8 @@
 #  - claims in the three modes, complete (also of the restored lease claim,
 #    under its restored attempt), retry of a dead-lettered block,
 #    pgq.result of restored results, and enqueue of a key the queue holds
-#    (the restored item's id comes back) work; the failed group stays
-#    failed.  A restored database takes an epoch of lease claims above the
+#    (the restored item's id comes back) work, and so does joining a group
+#    with its query laid out otherwise; the failed group stays failed.  A restored database takes an epoch of lease claims above the
 #    source's (pgq.epoch_seq is dumped, lease.c): the first lease claims of
 #    blocks and items made in the source skip one attempt number, as after
 #    a restart, since the source may have handed that number out after the
@@ -354,6 +354,13 @@ for my $db (sort keys %restored)
 		SELECT bool_and(owner = 'alice'::regrole)
 		FROM pgq.groups WHERE group_name IN ('lease', 'jobs')}),
 		't', "$how: the owner is the role alice");
+
+	# A consumer joins a restored group with its query laid out otherwise:
+	# the group's canonical query names its table, whose OID is another one
+	# here.
+	is( $node->safe_psql($db,
+			q{SELECT pgq.create_group('tx', 'select id  from src  order by 1', 2)}),
+		'f', "$how: a query laid out otherwise joins a restored group");
 
 	# New ids come after the source's.
 	$node->safe_psql($db,
