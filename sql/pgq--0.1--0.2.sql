@@ -332,3 +332,36 @@ COMMENT ON FUNCTION pgq.channel(text) IS
 -- Groups made before the update have none: their query text must match
 -- exactly, as in 0.1.
 ALTER TABLE pgq.groups ADD COLUMN canonical_query text;
+
+-- Schema pgq belongs to the extension, so that DROP EXTENSION removes it
+-- instead of leaving it empty.  0.1's files had CREATE EXTENSION make the
+-- schema (pgq.control's "schema"), outside the extension, and the extension
+-- lived in it; a schema cannot join the extension that lives in it.  A
+-- database installed that way gets the layout that pgq--0.1.sql makes now:
+-- the extension moves to pg_catalog (as pgq.control says now: a dump names
+-- that schema in CREATE EXTENSION), drops its dependency on schema pgq, and
+-- takes the schema in.  The schema keeps its owner and grants; the grants
+-- are not recorded as the extension's initial privileges, so that pg_dump
+-- dumps those that someone made, as for any schema.  Only a superuser runs
+-- this script (pgq is not a trusted extension).
+DO $$
+DECLARE
+    ext oid := (SELECT oid FROM pg_catalog.pg_extension WHERE extname = 'pgq');
+    nsp oid := (SELECT oid FROM pg_catalog.pg_namespace WHERE nspname = 'pgq');
+BEGIN
+    IF (SELECT extnamespace FROM pg_catalog.pg_extension WHERE oid = ext) = nsp THEN
+        DELETE FROM pg_catalog.pg_depend
+        WHERE classid = 'pg_catalog.pg_extension'::pg_catalog.regclass
+          AND objid = ext
+          AND refclassid = 'pg_catalog.pg_namespace'::pg_catalog.regclass
+          AND refobjid = nsp;
+        UPDATE pg_catalog.pg_extension
+        SET extnamespace = 'pg_catalog'::pg_catalog.regnamespace
+        WHERE oid = ext;
+        ALTER EXTENSION pgq ADD SCHEMA pgq;
+        DELETE FROM pg_catalog.pg_init_privs
+        WHERE objoid = nsp
+          AND classoid = 'pg_catalog.pg_namespace'::pg_catalog.regclass;
+    END IF;
+END
+$$;

@@ -3,6 +3,12 @@
 -- complain if script is sourced in psql, rather than via CREATE EXTENSION
 \echo Use "CREATE EXTENSION pgq" to load this file. \quit
 
+-- The schema of every object below.  Created here, it belongs to the
+-- extension, and DROP EXTENSION removes it; a schema that pgq.control's
+-- "schema" made would be left behind.  (Installations made by 0.1's own
+-- files have it outside the extension: the update to 0.2 takes it in.)
+CREATE SCHEMA pgq;
+
 -- Groups: one row each, written at creation and when materialization ends;
 -- never per claim.  A group of kind 'query' holds a query's ids in blocks; a
 -- group of kind 'queue' (pgq.create_queue) holds items that producers

@@ -17,3 +17,55 @@ SELECT ids FROM pgq.claim('r');
 COMMIT;
 SELECT pending, claimed, done FROM pgq.group_stats;
 SELECT pgq.drop_group('r');
+
+-- DROP EXTENSION removes schema pgq: the extension's script creates it, so
+-- it belongs to the extension (the extension itself is in pg_catalog)
+CREATE VIEW pgq_schema AS
+SELECT n.nspname,
+       pg_describe_object(d.refclassid, d.refobjid, 0) AS belongs_to,
+       e.extnamespace::regnamespace AS extension_schema,
+       (SELECT count(*) FROM pg_init_privs p
+        WHERE p.objoid = n.oid AND p.classoid = 'pg_namespace'::regclass)
+           AS initial_privileges
+FROM pg_namespace n
+LEFT JOIN pg_depend d ON d.classid = 'pg_namespace'::regclass
+                     AND d.objid = n.oid AND d.deptype = 'e'
+LEFT JOIN pg_extension e ON e.extname = 'pgq'
+WHERE n.nspname = 'pgq';
+SELECT * FROM pgq_schema;
+DROP EXTENSION pgq;
+SELECT count(*) AS schemas_left FROM pg_namespace WHERE nspname = 'pgq';
+
+-- 0.1 installed from these files, then updated: the same
+CREATE EXTENSION pgq VERSION '0.1';
+SELECT * FROM pgq_schema;
+ALTER EXTENSION pgq UPDATE;
+SELECT * FROM pgq_schema;
+DROP EXTENSION pgq;
+SELECT count(*) AS schemas_left FROM pg_namespace WHERE nspname = 'pgq';
+
+-- 0.1 as 0.1's own files installed it: CREATE EXTENSION made schema pgq,
+-- outside the extension, and put the extension in it (pgq.control said
+-- "schema = pgq")
+CREATE EXTENSION pgq VERSION '0.1';
+ALTER EXTENSION pgq DROP SCHEMA pgq;
+UPDATE pg_extension SET extnamespace = 'pgq'::regnamespace WHERE extname = 'pgq';
+INSERT INTO pg_depend
+VALUES ('pg_extension'::regclass, (SELECT oid FROM pg_extension WHERE extname = 'pgq'), 0,
+        'pg_namespace'::regclass, 'pgq'::regnamespace, 0, 'n');
+SELECT * FROM pgq_schema;
+GRANT USAGE ON SCHEMA pgq TO PUBLIC;
+SELECT pgq.create_queue('r_kept');
+SELECT pgq.enqueue('r_kept', '{"kept": true}') > 0 AS enqueued;
+-- the update takes the schema in, with its grants, which stay the
+-- database's own (not initial privileges of the extension: pg_dump dumps
+-- them)
+ALTER EXTENSION pgq UPDATE;
+SELECT * FROM pgq_schema;
+SELECT has_schema_privilege('public', 'pgq', 'USAGE') AS public_usage;
+SELECT queue_name, pending FROM pgq.queue_stats;
+DROP EXTENSION pgq;
+SELECT count(*) AS schemas_left FROM pg_namespace WHERE nspname = 'pgq';
+
+DROP VIEW pgq_schema;
+CREATE EXTENSION pgq;
