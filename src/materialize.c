@@ -37,6 +37,7 @@
 #include "access/xact.h"
 #include "catalog/pg_authid.h"
 #include "catalog/pg_type.h"
+#include "commands/dbcommands.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -102,6 +103,10 @@ static int	pgq_max_materializations_per_role = -1;
 
 /* The role whose materialization the writer counts, for its exit. */
 static Oid	counted_role = InvalidOid;
+
+/* What a worker's log lines are about, once it knows. */
+static char worker_database[NAMEDATALEN];
+static char worker_group[NAMEDATALEN + 64];
 
 /* Messages from the reader to the writer. */
 typedef enum PgqMessageKind
@@ -398,6 +403,47 @@ wait_for_creator(TransactionId xid)
 }
 
 /*
+ * Name the group and its database in the context of a worker's errors and
+ * warnings (its own log lines name them themselves).
+ */
+static void
+materialize_context(void *arg)
+{
+	if (geterrcode() == ERRCODE_SUCCESSFUL_COMPLETION)
+		return;
+	if (worker_database[0] != '\0')
+		errcontext("pgq materialization of group %s in database \"%s\"",
+				   worker_group, worker_database);
+	else
+		errcontext("pgq materialization of group %s", worker_group);
+}
+
+/*
+ * Start naming the worker's group (by id until its name is known) in the
+ * context of its errors.
+ */
+static void
+push_materialize_context(ErrorContextCallback *context, int64 group_id)
+{
+	snprintf(worker_group, sizeof(worker_group), INT64_FORMAT, group_id);
+	context->callback = materialize_context;
+	context->arg = NULL;
+	context->previous = error_context_stack;
+	error_context_stack = context;
+}
+
+/* The group's name and database are known: name them.  In a transaction. */
+static void
+name_worker_group(const char *name)
+{
+	char	   *database = get_database_name(MyDatabaseId);
+
+	if (database != NULL)
+		strlcpy(worker_database, database, sizeof(worker_database));
+	snprintf(worker_group, sizeof(worker_group), "\"%s\"", name);
+}
+
+/*
  * Stop the reader when the writer exits, whatever the reason: a reader left
  * alone would run its query to the end for nothing.  Registered with
  * before_shmem_exit(): TerminateBackgroundWorker() takes an LWLock, which a
@@ -552,8 +598,8 @@ fail_group(Writer *w, const char *reason)
 	CommitTransactionCommand();
 	w->in_batch = false;
 	ereport(LOG,
-			(errmsg("pgq: materialization of group \"%s\" failed: %s",
-					w->name, reason)));
+			(errmsg("pgq: database \"%s\": materialization of group \"%s\" failed: %s",
+					worker_database, w->name, reason)));
 }
 
 /* Is the group still there and materializing?  Outside a batch. */
@@ -625,8 +671,9 @@ handle_message(Writer *w, const char *data, Size len)
 			CommitTransactionCommand();
 			w->in_batch = false;
 			ereport(DEBUG1,
-					(errmsg("pgq: group \"%s\" materialized: " INT64_FORMAT " ids in " INT64_FORMAT " blocks",
-							w->name, w->blocks.nids, w->blocks.nblocks)));
+					(errmsg("pgq: database \"%s\": group \"%s\" materialized: " INT64_FORMAT " ids in " INT64_FORMAT " blocks",
+							worker_database, w->name, w->blocks.nids,
+							w->blocks.nblocks)));
 			return true;
 
 		case PGQ_MSG_ERROR:
@@ -692,11 +739,13 @@ pgq_writer_main(Datum arg)
 	LOCKTAG		tag;
 	int			block_size;
 	bool		done = false;
+	ErrorContextCallback context;
 
 	memcpy(&args, MyBgworkerEntry->bgw_extra, sizeof(args));
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnectionByOid(args.dboid, args.role, 0);
+	push_materialize_context(&context, args.group_id);
 	pgstat_report_activity(STATE_RUNNING, "starting");
 
 	/* the creator waits for us; if it is gone, so is its transaction */
@@ -746,6 +795,7 @@ pgq_writer_main(Datum arg)
 		AbortCurrentTransaction();
 		proc_exit(0);
 	}
+	name_worker_group(w.name);
 	PopActiveSnapshot();
 	SPI_finish();
 	CommitTransactionCommand();
@@ -908,7 +958,7 @@ read_group(const PgqMaterializeArgs *args, shm_mq_handle *mqh)
 	PushActiveSnapshot(GetTransactionSnapshot());
 	values[0] = Int64GetDatum(args->group_id);
 	rc = SPI_execute_with_args("SELECT query, owner, search_path, settings, "
-							   "materialize_timeout "
+							   "materialize_timeout, group_name "
 							   "FROM pgq.groups "
 							   "WHERE group_id " OP("=") " $1 "
 							   "AND state " OP("=") " 'materializing'",
@@ -928,6 +978,7 @@ read_group(const PgqMaterializeArgs *args, shm_mq_handle *mqh)
 	search_path = SPI_getvalue(tuple, tupdesc, 3);
 	settings = SPI_getbinval(tuple, tupdesc, 4, &isnull);
 	timeout = SPI_getbinval(tuple, tupdesc, 5, &no_timeout);
+	name_worker_group(SPI_getvalue(tuple, tupdesc, 6));
 
 	if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(owner)))
 		ereport(ERROR,
@@ -968,11 +1019,13 @@ pgq_reader_main(Datum arg)
 	dsm_segment *seg;
 	shm_mq_handle *mqh;
 	int64		total = -1;
+	ErrorContextCallback context;
 
 	memcpy(&args, MyBgworkerEntry->bgw_extra, sizeof(args));
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnectionByOid(args.dboid, args.role, 0);
+	push_materialize_context(&context, args.group_id);
 
 	seg = dsm_attach(DatumGetUInt32(arg));
 	if (seg == NULL)

@@ -30,10 +30,12 @@
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/pg_database.h"
+#include "commands/dbcommands.h"
 #include "commands/extension.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "fmgr.h"
+#include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
@@ -52,6 +54,19 @@
 
 static int	pgq_maintenance_interval = 10;	/* seconds */
 static int	pgq_retention = 7 * 24 * 3600;	/* seconds, 0 for forever */
+
+/* At most this many group names in one log line; then how many more. */
+#define PGQ_LOG_NAMES	10
+
+/* A database for the launcher to visit. */
+typedef struct PassDatabase
+{
+	Oid			oid;
+	NameData	name;
+} PassDatabase;
+
+/* The database of this maintenance pass, for its log lines. */
+static char pass_database[NAMEDATALEN];
 
 /* Wake the launcher when the current transaction commits. */
 static bool wake_at_commit = false;
@@ -107,8 +122,8 @@ pgq_maintenance_on(void)
 
 /*
  * The databases a pass should visit: those that accept connections and are
- * neither templates nor half-dropped.  Returned in the current memory
- * context.
+ * neither templates nor half-dropped, as PassDatabase entries.  Returned in
+ * the current memory context.
  */
 static List *
 list_databases(void)
@@ -126,6 +141,7 @@ list_databases(void)
 	while ((tuple = heap_getnext(scan, ForwardScanDirection)) != NULL)
 	{
 		Form_pg_database db = (Form_pg_database) GETSTRUCT(tuple);
+		PassDatabase *entry;
 		MemoryContext old;
 
 		if (!db->datallowconn || db->datistemplate)
@@ -135,7 +151,10 @@ list_databases(void)
 			continue;
 #endif
 		old = MemoryContextSwitchTo(cxt);
-		dbs = lappend_oid(dbs, db->oid);
+		entry = palloc(sizeof(PassDatabase));
+		entry->oid = db->oid;
+		entry->name = db->datname;
+		dbs = lappend(dbs, entry);
 		MemoryContextSwitchTo(old);
 	}
 	table_endscan(scan);
@@ -232,11 +251,14 @@ pgq_launcher_main(Datum arg)
 
 			foreach(lc, list_databases())
 			{
+				PassDatabase *db = lfirst(lc);
+
 				CHECK_FOR_INTERRUPTS();
-				if (!run_pass(lfirst_oid(lc)) && !warned)
+				if (!run_pass(db->oid) && !warned)
 				{
 					ereport(LOG,
-							(errmsg("pgq could not start a maintenance worker"),
+							(errmsg("pgq: database \"%s\": could not start a maintenance worker",
+									NameStr(db->name)),
 							 errhint("Raise max_worker_processes: pgq's maintenance needs one free slot at a time.")));
 					warned = true;
 				}
@@ -359,7 +381,8 @@ fail_dead_materializations(void)
 			pgq_xact_wake_at_commit(&group);
 			pgq_invalidate_groups();
 			ereport(LOG,
-					(errmsg("pgq: materialization of group \"%s\" was interrupted; the group is marked failed",
+					(errmsg("pgq: database \"%s\": materialization of group \"%s\" was interrupted; the group is marked failed",
+							pass_database,
 							SPI_getvalue(groups->vals[i], groups->tupdesc, 3))));
 		}
 	}
@@ -449,6 +472,20 @@ remove_group_nowait(const PgqGroupRef *group)
 }
 
 /*
+ * Append name number i of n to a log line's list, quoted: the first
+ * PGQ_LOG_NAMES of them, then how many more there are, so that a line stays
+ * readable however many groups a pass removed.
+ */
+static void
+append_name(StringInfo buf, uint64 i, uint64 n, const char *name)
+{
+	if (i < PGQ_LOG_NAMES)
+		appendStringInfo(buf, "%s\"%s\"", i > 0 ? ", " : "", name);
+	else if (i == PGQ_LOG_NAMES)
+		appendStringInfo(buf, " and " UINT64_FORMAT " more", n - i);
+}
+
+/*
  * Note when drained groups became drained, and remove drained and failed
  * groups, with their blocks, once pgq.retention has passed since.  A group
  * counts as drained when no block of it is left, not even a dead-lettered
@@ -464,7 +501,9 @@ apply_retention(void)
 	Datum		values[1];
 	int			rc;
 	uint64		ngroups;
-	uint64		nremoved = 0;
+	List	   *removed = NIL;
+	ListCell   *lc;
+	StringInfoData names;
 	SPITupleTable *groups;
 
 	rc = SPI_execute("UPDATE pgq.groups "
@@ -481,26 +520,56 @@ apply_retention(void)
 	if (pgq_retention == 0)
 		return;
 
-	/* queues stay; their finished items go */
+	/* queues stay; their finished items go, counted per queue */
 	values[0] = Int32GetDatum(pgq_retention);
-	rc = SPI_execute_with_args("DELETE FROM pgq.items "
+	rc = SPI_execute_with_args("WITH removed AS ("
+							   "DELETE FROM pgq.items "
 							   "WHERE ctid " OP("=") " ANY (ARRAY("
 							   "SELECT ctid FROM pgq.items "
 							   "WHERE state " OP("=") " ANY ('{d,f}'::pg_catalog.\"char\"[]) "
 							   "AND finished_at " OP("<") " (pg_catalog.now() "
 							   OP("-") " pg_catalog.make_interval(secs => $1)) "
-							   "FOR UPDATE SKIP LOCKED))",
+							   "FOR UPDATE SKIP LOCKED)) "
+							   "RETURNING group_id) "
+							   "SELECT g.group_name, pg_catalog.count(*) "
+							   "FROM removed r JOIN pgq.groups g "
+							   "ON g.group_id " OP("=") " r.group_id "
+							   "GROUP BY g.group_name ORDER BY g.group_name",
 							   1, argtypes, values, NULL, false, 0);
-	if (rc != SPI_OK_DELETE)
+	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "could not delete items: %s", SPI_result_code_string(rc));
 	if (SPI_processed > 0)
-		ereport(LOG,
-				(errmsg("pgq: removed " UINT64_FORMAT " finished items past pgq.retention",
-						SPI_processed)));
+	{
+		StringInfoData queues;
+		uint64		nitems = 0;
 
-	rc = SPI_execute_with_args("SELECT group_id, created_at FROM pgq.groups "
+		initStringInfo(&queues);
+		for (uint64 i = 0; i < SPI_processed; i++)
+		{
+			bool		isnull;
+			int64		n = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i],
+														SPI_tuptable->tupdesc,
+														2, &isnull));
+
+			nitems += n;
+			append_name(&queues, i, SPI_processed,
+						SPI_getvalue(SPI_tuptable->vals[i],
+									 SPI_tuptable->tupdesc, 1));
+			if (i < PGQ_LOG_NAMES)
+				appendStringInfo(&queues, " (" INT64_FORMAT ")", n);
+		}
+		ereport(LOG,
+				(errmsg("pgq: database \"%s\": removed " UINT64_FORMAT " finished items past pgq.retention from %s: %s",
+						pass_database, nitems,
+						SPI_processed == 1 ? "queue" : "queues",
+						queues.data)));
+	}
+
+	rc = SPI_execute_with_args("SELECT group_id, created_at, group_name "
+							   "FROM pgq.groups "
 							   "WHERE finished_at " OP("<") " (pg_catalog.now() "
-							   OP("-") " pg_catalog.make_interval(secs => $1))",
+							   OP("-") " pg_catalog.make_interval(secs => $1)) "
+							   "ORDER BY group_name",
 							   1, argtypes, values, NULL, false, 0);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "could not read groups: %s", SPI_result_code_string(rc));
@@ -513,13 +582,20 @@ apply_retention(void)
 		CHECK_FOR_INTERRUPTS();
 		pgq_group_ref_from_tuple(groups->vals[i], groups->tupdesc, 1, &group);
 		if (remove_group_nowait(&group))
-			nremoved++;
+			removed = lappend(removed,
+							  SPI_getvalue(groups->vals[i], groups->tupdesc, 3));
 	}
-	if (nremoved == 0)
+	if (removed == NIL)
 		return;
+	initStringInfo(&names);
+	foreach(lc, removed)
+		append_name(&names, foreach_current_index(lc), list_length(removed),
+					lfirst(lc));
 	ereport(LOG,
-			(errmsg("pgq: removed " UINT64_FORMAT " finished groups past pgq.retention",
-					nremoved)));
+			(errmsg("pgq: database \"%s\": removed %d finished %s past pgq.retention: %s",
+					pass_database, list_length(removed),
+					list_length(removed) == 1 ? "group" : "groups",
+					names.data)));
 	pgq_invalidate_groups();
 }
 
@@ -568,6 +644,18 @@ pgq_wake_maintenance(PG_FUNCTION_ARGS)
 }
 
 /*
+ * Name the pass's database in the context of its errors and warnings (its
+ * own log lines name it themselves).
+ */
+static void
+pass_context(void *arg)
+{
+	if (geterrcode() != ERRCODE_SUCCESSFUL_COMPLETION &&
+		pass_database[0] != '\0')
+		errcontext("pgq maintenance pass in database \"%s\"", pass_database);
+}
+
+/*
  * One maintenance pass in the database given as argument; exits when done.
  * Errors end the pass; the next one starts afresh.
  */
@@ -575,13 +663,22 @@ void
 pgq_maintenance_main(Datum arg)
 {
 	Oid			dboid = DatumGetObjectId(arg);
+	ErrorContextCallback context;
+	char	   *name;
 
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
+	context.callback = pass_context;
+	context.arg = NULL;
+	context.previous = error_context_stack;
+	error_context_stack = &context;
 
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
+	name = get_database_name(MyDatabaseId);
+	if (name != NULL)
+		strlcpy(pass_database, name, sizeof(pass_database));
 	if (OidIsValid(get_extension_oid("pgq", true)))
 	{
 		pgstat_report_activity(STATE_RUNNING, "pgq maintenance pass");
