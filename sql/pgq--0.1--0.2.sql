@@ -365,3 +365,54 @@ BEGIN
     END IF;
 END
 $$;
+
+-- pgq.fail takes a binary error, error_data, as pgq.complete takes
+-- result_data: a task system that pickles its exceptions keeps them as
+-- bytes.  A queue item's error history (pgq.items.errors) keeps it, in
+-- base64 under "data", with the text error of the same failure; pgq.result
+-- and pgq.dead_items return the one of the last failure as last_error_data
+-- (NULL when the last failure had none, a lease that ran out say).  Blocks
+-- of query groups keep a text error only.  The functions are dropped and
+-- created again, as an argument or an OUT argument cannot be added in place.
+DROP FUNCTION pgq.fail(bigint, text, interval, integer, bigint);
+
+CREATE FUNCTION pgq.fail(block_id bigint, error text DEFAULT NULL,
+                         retry_after interval DEFAULT NULL,
+                         attempt integer DEFAULT NULL,
+                         worker_id bigint DEFAULT NULL,
+                         error_data bytea DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'pgq_fail'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION pgq.fail(bigint, text, interval, integer, bigint, bytea) IS
+'record a failed attempt: retry later, or dead-letter after max_attempts';
+
+DROP FUNCTION pgq.result(bigint, interval);
+
+CREATE FUNCTION pgq.result(block_id bigint, wait interval DEFAULT NULL,
+                           OUT state text, OUT result jsonb,
+                           OUT result_data bytea, OUT attempt integer,
+                           OUT last_error text, OUT last_error_data bytea)
+AS 'MODULE_PATHNAME', 'pgq_result'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION pgq.result(bigint, interval) IS
+'an item''s state and result, waiting up to "wait" for it to be done or dead';
+
+CREATE OR REPLACE VIEW pgq.dead_items WITH (security_barrier) AS
+SELECT g.group_name AS queue_name,
+       i.item_id,
+       i.key,
+       i.attempt,
+       i.last_error,
+       i.errors,
+       i.payload,
+       i.enqueued_at,
+       i.finished_at AS failed_at,
+       pg_catalog.decode(i.errors -> (-1) ->> 'data', 'base64')
+           AS last_error_data
+FROM pgq.items i
+JOIN pgq.groups g ON g.group_id = i.group_id
+WHERE i.state = 'f'
+  AND pgq.may_see(g.owner, g.consumers, g.producers);

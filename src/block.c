@@ -216,7 +216,24 @@ pgq_release(PG_FUNCTION_ARGS)
 }
 
 /*
- * pgq.fail(block_id, error, retry_after, attempt, worker_id) -> boolean
+ * A binary error (pgq.fail's error_data, since 0.2) is kept for queue items
+ * only: refuse it for a block rather than drop it.
+ */
+static void
+refuse_error_data(FunctionCallInfo fcinfo, const PgqGroup *group)
+{
+	if (PG_NARGS() > 5 && !PG_ARGISNULL(5))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("error_data is kept for queue items only"),
+				 errdetail("Block " INT64_FORMAT " belongs to query group \"%s\", whose blocks keep a text error.",
+						   PG_GETARG_INT64(0), group->name),
+				 errhint("Pass the error as text, in error.")));
+}
+
+/*
+ * pgq.fail(block_id, error, retry_after, attempt, worker_id, error_data)
+ *	 -> boolean
  *
  * Record a failed attempt of a held block: it is retried after retry_after
  * (at once if NULL), or dead-lettered with the error once the group's
@@ -245,10 +262,12 @@ pgq_fail(PG_FUNCTION_ARGS)
 			refuse_mode("pgq.fail()", &group, TRANSACTION_MODE_HINT);
 			break;
 		case PGQ_MODE_LEASE:
+			refuse_error_data(fcinfo, &group);
 			done = pgq_lease_fail(&group, block_id, required_attempt(fcinfo, 3),
 								  error, retry_after);
 			break;
 		case PGQ_MODE_ADVISORY:
+			refuse_error_data(fcinfo, &group);
 			require_worker(fcinfo, 4);
 			done = pgq_advisory_fail(&group, block_id, error, retry_after);
 			break;

@@ -63,12 +63,16 @@ PG_FUNCTION_INFO_V1(pgq_result);
 
 /*
  * Appends one entry to an item's error history: what failed, at which
- * attempt and when ($err, $at).
+ * attempt and when ($err, $at), and the binary error, if any ($data), in
+ * base64 under "data".
  */
-#define APPEND_ERROR(err, at) \
+#define APPEND_ERROR(err, at, data) \
 	"errors = COALESCE(errors, '[]'::pg_catalog.jsonb) " OP("||") " " \
 	"pg_catalog.jsonb_build_array(pg_catalog.jsonb_build_object(" \
-	"'attempt', attempt, 'error', " err ", 'at', " at ")) "
+	"'attempt', attempt, 'error', " err ", 'at', " at ") " OP("||") " " \
+	"CASE WHEN " data " IS NULL THEN '{}'::pg_catalog.jsonb " \
+	"ELSE pg_catalog.jsonb_build_object('data', " \
+	"pg_catalog.encode(" data ", 'base64')) END) "
 
 /* The item held under attempt $3, in queue $1. */
 #define HELD_ITEM \
@@ -960,9 +964,11 @@ backoff_usecs(const PgqGroup *group, int32 attempt)
 
 /*
  * Record a failed attempt of an item the caller holds (argument 3:
- * attempt): retry it after retry_after, or the queue's backoff, or
- * dead-letter it with its errors once max_attempts are used up.  In
- * transaction mode, the caller's claim of the item becomes the failure.
+ * attempt; 5, from 0.2 on: error_data): retry it after retry_after, or the
+ * queue's backoff, or dead-letter it with its errors once max_attempts are
+ * used up.  In transaction mode, the caller's claim of the item becomes the
+ * failure.  The binary error goes into the error history with the text
+ * one (see APPEND_ERROR).
  */
 bool
 pgq_queue_fail(const PgqGroup *group, int64 item_id, FunctionCallInfo fcinfo,
@@ -970,10 +976,10 @@ pgq_queue_fail(const PgqGroup *group, int64 item_id, FunctionCallInfo fcinfo,
 {
 	static SPIPlanPtr lease_plans[2] = {NULL, NULL};
 	static SPIPlanPtr xact_plan = NULL;
-	Oid			argtypes[6] = {INT8OID, INT8OID, INT4OID, TIMESTAMPTZOID,
-	TEXTOID, INT4OID};
-	Datum		values[6];
-	char		nulls[6] = "      ";
+	Oid			argtypes[7] = {INT8OID, INT8OID, INT4OID, TIMESTAMPTZOID,
+	TEXTOID, INT4OID, BYTEAOID};
+	Datum		values[7];
+	char		nulls[7] = "       ";
 	TimestampTz now = GetCurrentTimestamp();
 	int32		attempt;
 	bool		fenced = false;
@@ -989,7 +995,7 @@ pgq_queue_fail(const PgqGroup *group, int64 item_id, FunctionCallInfo fcinfo,
 	"THEN pg_catalog.clock_timestamp() END, " \
 	"result = NULL, result_data = NULL, " \
 	"last_error = $5, " \
-	APPEND_ERROR("$5", "pg_catalog.clock_timestamp()") \
+	APPEND_ERROR("$5", "pg_catalog.clock_timestamp()", "$7") \
 	held
 
 	if (group->mode == PGQ_MODE_LEASE)
@@ -1011,6 +1017,8 @@ pgq_queue_fail(const PgqGroup *group, int64 item_id, FunctionCallInfo fcinfo,
 	values[4] = PointerGetDatum(error);
 	nulls[4] = error == NULL ? 'n' : ' ';
 	values[5] = Int32GetDatum(group->max_attempts);
+	values[6] = PG_NARGS() > 5 ? PG_GETARG_DATUM(5) : (Datum) 0;
+	nulls[6] = PG_NARGS() <= 5 || PG_ARGISNULL(5) ? 'n' : ' ';
 	if (retry_after != NULL)
 		values[3] = TimestampTzGetDatum(pgq_time_after(now, retry_after));
 	else
@@ -1048,12 +1056,12 @@ pgq_queue_fail(const PgqGroup *group, int64 item_id, FunctionCallInfo fcinfo,
 						   fenced ?
 						   FAIL_ITEM("COALESCE(tries, attempt)", HELD_ITEM) :
 						   FAIL_ITEM("attempt", HELD_ITEM),
-						   6, argtypes, values, nulls);
+						   7, argtypes, values, nulls);
 		if (done)
 			pgq_lease_durable();
 	}
 	else
-		done = change_item(&xact_plan, FAIL_ITEM("attempt", OWN_ITEM), 6,
+		done = change_item(&xact_plan, FAIL_ITEM("attempt", OWN_ITEM), 7,
 						   argtypes, values, nulls);
 #undef FAIL_ITEM
 	if (done)
@@ -1490,7 +1498,7 @@ pgq_retry_key(PG_FUNCTION_ARGS)
 
 /*
  * pgq.result(block_id, wait) -> (state, result, result_data, attempt,
- *								  last_error)
+ *								  last_error, last_error_data)
  *
  * An item's state and result.  With wait, waits inside the server until
  * the item is done or dead, or the time is up, woken by the commit that
@@ -1506,8 +1514,8 @@ pgq_result(PG_FUNCTION_ARGS)
 	PgqGroup	group;
 	TimestampTz deadline = 0;
 	TupleDesc	tupdesc;
-	Datum		values[5];
-	bool		nulls[5];
+	Datum		values[6];
+	bool		nulls[6];
 	HeapTuple	result;
 	PgqScope	scope;
 	char		state;
@@ -1545,8 +1553,10 @@ pgq_result(PG_FUNCTION_ARGS)
 	{
 		Oid			argtypes[2] = {INT8OID, INT8OID};
 
+		/* the binary error: in the last entry of the error history */
 		plan = pgq_keep_plan("SELECT state, result, result_data, attempt, last_error, "
-							 "xmin "
+							 "xmin, pg_catalog.decode(errors " OP("->") " (-1) "
+							 OP("->>") " 'data', 'base64') "
 							 "FROM pgq.items WHERE group_id " OP("=") " $1 "
 							 "AND item_id " OP("=") " $2",
 							 2, argtypes);
@@ -1603,6 +1613,10 @@ pgq_result(PG_FUNCTION_ARGS)
 			if (!nulls[c] && c != 3)
 				values[c] = SPI_datumTransfer(values[c], false, -1);
 		}
+		/* last_error_data, since 0.2 */
+		values[5] = SPI_getbinval(row, rowdesc, 7, &nulls[5]);
+		if (!nulls[5])
+			values[5] = SPI_datumTransfer(values[5], false, -1);
 	}
 	SPI_finish();
 	pgq_leave(&scope);
