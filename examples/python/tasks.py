@@ -2,16 +2,30 @@
 """Tasks from a producer, results back: a pgq queue in Python (psycopg 3).
 
     tasks.py worker  --queue NAME [--dsn DSN] [--until-empty] [--retry-after INTERVAL]
-    tasks.py produce --queue NAME --count N [--dsn DSN] [--poison]
+    tasks.py produce --queue NAME --count N [--dsn DSN] [--poison] [--run RUN]
 
 The README's "tasks from a scheduler, results back", as two programs:
 
 produce  creates the queue if needed (lease mode, max_attempts 2), enqueues
          N tasks {"a": i, "b": 2*i} in one statement (pgq.enqueue_many, keys
-         task-1 .. task-N; with --poison, one of them has "fail": true),
-         then waits inside the server for each result (pgq.result(id,
+         RUN/task-1 .. RUN/task-N; with --poison, one of them has "fail":
+         true), then waits inside the server for each result (pgq.result(id,
          wait => ...)) and prints "done D, dead X".  Exits 0 when every task
          but the poisoned one is done with the right sum, 1 otherwise.
+
+Why the keys, and why RUN in them: a key makes enqueueing idempotent.  The
+queue holds one item per key, and enqueueing a key it holds adds nothing and
+returns that item's id.  A producer that dies, or loses its connection,
+after its enqueue committed but before it read the ids back cannot tell
+whether its tasks went in; run again with the same --run, it enqueues
+nothing twice and waits for the same tasks (and gets the results of those
+already done).  The same property makes a key that is used again name the
+old task: a run that reused another run's keys would enqueue nothing and
+"wait" for the other run's results.  So keys say which run a task belongs
+to: --run defaults to a new id (date, time and random letters) at every
+start, and is printed; pass it only to take up a run again.  Keys stay
+taken until retention removes the finished items (pgq.retention, 7 days by
+default).
 
 worker   claims tasks (pgq.claim(queue, wait => '5 seconds'), a lease that
          commits at once), runs them (run_task() below: put your work there)
@@ -39,10 +53,12 @@ usual PGHOST, PGPORT, PGDATABASE, PGUSER ... apply.
 
 import argparse
 import os
+import secrets
 import select
 import signal
 import socket
 import sys
+import time
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -219,8 +235,14 @@ def worker(args):
 
 # -- producer -------------------------------------------------------------------
 
+def new_run_id():
+    """A run id that no other run has: the time and random letters."""
+    return time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(4)
+
+
 def produce(args):
     n = args.count
+    run = args.run or new_run_id()
     poison = (n + 1) // 2 if args.poison else None
     payloads = []
     for i in range(1, n + 1):
@@ -228,14 +250,18 @@ def produce(args):
         if i == poison:
             p["fail"] = True
         payloads.append(Jsonb(p))
-    keys = [f"task-{i}" for i in range(1, n + 1)]
+    # the run's own keys: see "Why the keys" at the top
+    keys = [f"{run}/task-{i}" for i in range(1, n + 1)]
     with psycopg.connect(args.dsn, autocommit=True, application_name=NAME) as conn:
         created = conn.execute("SELECT pgq.create_queue(%s, max_attempts => 2)",
                                [args.queue]).fetchone()[0]
         log(f"{'created' if created else 'found'} queue {args.queue}")
+        # autocommit: the enqueue commits before the waits below, as it must
+        # (no worker sees a task before that)
         ids = conn.execute("SELECT pgq.enqueue_many(%s, %s::jsonb[], %s::text[])",
                            [args.queue, payloads, keys]).fetchone()[0]
-        log(f"enqueued {n} tasks; waiting for their results")
+        log(f"run {run}: enqueued tasks {keys[0]} .. {keys[-1]}; waiting for "
+            f"their results (--run {run} takes this run up again)")
         done = dead = wrong = 0
         for i, item_id in enumerate(ids, 1):
             state, result, last_error = conn.execute(
@@ -245,15 +271,15 @@ def produce(args):
                 done += 1
                 if i == poison or result != {"sum": 3 * i}:
                     wrong += 1
-                    log(f"task-{i}: unexpected result {result}")
+                    log(f"{run}/task-{i}: unexpected result {result}")
             elif state == "dead":
                 dead += 1
-                log(f"task-{i}: dead: {last_error}")
+                log(f"{run}/task-{i}: dead: {last_error}")
                 if i != poison:
                     wrong += 1
             else:
                 wrong += 1
-                log(f"task-{i}: still {state} after an hour")
+                log(f"{run}/task-{i}: still {state} after an hour")
     print(f"done {done}, dead {dead}", flush=True)
     return 0 if wrong == 0 and done == n - (1 if poison else 0) else 1
 
@@ -275,6 +301,9 @@ def main():
     pr.add_argument("--count", type=int, required=True)
     pr.add_argument("--poison", action="store_true",
                     help="make one task fail on every attempt")
+    pr.add_argument("--run", default=None,
+                    help="the run's id, the prefix of its keys: by default a "
+                         "new one; give an earlier run's to take it up again")
     args = p.parse_args()
     try:
         return worker(args) if args.cmd == "worker" else produce(args)

@@ -8,6 +8,10 @@
 #   enqueues 100 tasks (one of which fails on every attempt) and waits for
 #   their results.  The producer must report "done 99, dead 1" and exit 0,
 #   the workers must exit 0, and the queue must hold 99 done and 1 dead items.
+#   A second run on the same queue enqueues 100 tasks of its own (its keys
+#   name its run) and gets its own results, which new workers compute; the
+#   second run taken up again (--run) enqueues nothing and gets the same
+#   results at once.
 # - log_processor.py: 30 file names delivered twice, then an overlapping
 #   set; two workers (--until-empty) record each file in processed_logs in
 #   the transaction that completes its item: exactly 30 rows, one per file,
@@ -80,12 +84,46 @@ sub queue_counts
 	is($done, 99, 'tasks.py workers: 99 tasks completed between them');
 	is($failed, 2, 'tasks.py workers: the poisoned task failed twice (max_attempts 2)');
 	is(queue_counts('ex_tasks'), '0|0|0|99|1', 'tasks.py: the queue has 99 done, 1 dead');
-	is( $node->safe_psql(
-			'postgres',
-			q{SELECT count(*) FROM pgq.items i JOIN pgq.groups g USING (group_id)
-			  WHERE g.group_name = 'ex_tasks' AND i.state = 'd'
-			    AND i.result = jsonb_build_object('sum', 3 * substr(i.key, 6)::int)}),
+	my $right_sums = q{
+		SELECT count(*) FROM pgq.items i JOIN pgq.groups g USING (group_id)
+		WHERE g.group_name = 'ex_tasks' AND i.state = 'd'
+		  AND i.result = jsonb_build_object('sum',
+		                     3 * substring(i.key FROM '/task-(\d+)$')::int)};
+	is($node->safe_psql('postgres', $right_sums),
 		99, 'tasks.py: each done task holds its right sum');
+	my ($run1) = $p->{out} =~ /run (\S+): enqueued tasks/;
+	ok(defined $run1, 'tasks.py produce: names its run');
+
+	# a second run on the same queue: tasks of its own, done by new workers
+	@w = map {
+		start_prog("worker2_$_", 'python3', $tasks, 'worker', '--dsn', $connstr,
+			'--queue', 'ex_tasks', '--until-empty', '--retry-after', '0')
+	} 1 .. 2;
+	my $p2 = start_prog('producer, second run', 'python3', $tasks, 'produce',
+		'--dsn', $connstr, '--queue', 'ex_tasks', '--count', 100, '--poison');
+	is(finish_prog($p2), 0, 'tasks.py produce, second run: exit status 0');
+	like($p2->{out}, qr/^done 99, dead 1$/m, 'tasks.py produce, second run: done 99, dead 1');
+	my ($run2) = $p2->{out} =~ /run (\S+): enqueued tasks/;
+	ok(defined $run2 && $run2 ne $run1, 'tasks.py produce: the second run has another id');
+	is(finish_prog($_), 0, "tasks.py worker: $_->{name} exits with status 0") for @w;
+	$out = join('', map { $_->{out} } @w);
+	$done = () = $out =~ /: done \(attempt/g;
+	is($done, 99, "tasks.py workers: the second run's 99 tasks were computed again");
+	is(queue_counts('ex_tasks'), '0|0|0|198|2',
+		'tasks.py: the queue holds both runs: 198 done, 2 dead');
+	is($node->safe_psql('postgres', $right_sums),
+		198, 'tasks.py: each done task of both runs holds its right sum');
+	is( $node->safe_psql('postgres', q{
+			SELECT count(DISTINCT split_part(key, '/', 1)) FROM pgq.items}),
+		2, 'tasks.py: the keys name two runs');
+
+	# the second run taken up again: nothing new, the same results at once
+	my $p3 = start_prog('producer, second run again', 'python3', $tasks,
+		'produce', '--dsn', $connstr, '--queue', 'ex_tasks', '--count', 100,
+		'--poison', '--run', $run2);
+	is(finish_prog($p3), 0, 'tasks.py produce --run: exit status 0');
+	like($p3->{out}, qr/^done 99, dead 1$/m, 'tasks.py produce --run: done 99, dead 1');
+	is(queue_counts('ex_tasks'), '0|0|0|198|2', 'tasks.py produce --run: enqueued nothing');
 }
 
 # ---------------------------------------------------------------------------
