@@ -40,6 +40,7 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/syscache.h"
 
 #include "pgq.h"
@@ -51,6 +52,23 @@ PG_FUNCTION_INFO_V1(pgq_has_group_privilege);
 
 /* The role whose call of a pgq function is being served (see pgq_enter()). */
 Oid			pgq_caller = InvalidOid;
+
+/*
+ * The calls being served, innermost last: for each, the caller of the call
+ * around it and the subtransaction it began in.  An error that ends calls
+ * skips their pgq_leave(); the subtransaction's abort then pops them, as it
+ * puts the user back, so that the caller is right again wherever the error
+ * is caught.  Kept in TopMemoryContext, emptied at the end of a transaction.
+ */
+typedef struct CallerFrame
+{
+	Oid			outer_caller;
+	SubTransactionId subid;
+} CallerFrame;
+
+static CallerFrame *caller_frames = NULL;
+static int	ncaller_frames = 0;
+static int	max_caller_frames = 0;
 
 /* The owner of pgq's tables: the role pgq_enter() switches to. */
 static Oid
@@ -78,13 +96,39 @@ reset_caller(XactEvent event, void *arg)
 	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_COMMIT ||
 		event == XACT_EVENT_PARALLEL_ABORT || event == XACT_EVENT_PARALLEL_COMMIT ||
 		event == XACT_EVENT_PREPARE)
+	{
 		pgq_caller = InvalidOid;
+		ncaller_frames = 0;
+	}
+}
+
+/*
+ * A subtransaction that aborts ends the calls begun in it, whose
+ * pgq_leave() the error skipped; one that commits hands the calls still
+ * being served to its parent.
+ */
+static void
+subxact_caller(SubXactEvent event, SubTransactionId mySubid,
+			   SubTransactionId parentSubid, void *arg)
+{
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+	{
+		while (ncaller_frames > 0 &&
+			   caller_frames[ncaller_frames - 1].subid == mySubid)
+			pgq_caller = caller_frames[--ncaller_frames].outer_caller;
+	}
+	else if (event == SUBXACT_EVENT_COMMIT_SUB)
+	{
+		for (int i = ncaller_frames - 1;
+			 i >= 0 && caller_frames[i].subid == mySubid; i--)
+			caller_frames[i].subid = parentSubid;
+	}
 }
 
 /*
  * Start serving a call: remember the caller, and act as the owner of pgq's
  * tables until pgq_leave().  An error on the way rolls the (sub)transaction
- * back, which puts the user back by itself.
+ * back, which puts the user and the caller back by itself.
  */
 void
 pgq_enter(PgqScope *scope)
@@ -94,11 +138,24 @@ pgq_enter(PgqScope *scope)
 	if (!registered)
 	{
 		RegisterXactCallback(reset_caller, NULL);
+		RegisterSubXactCallback(subxact_caller, NULL);
 		registered = true;
+	}
+	if (ncaller_frames == max_caller_frames)
+	{
+		int			n = Max(8, max_caller_frames * 2);
+
+		caller_frames = caller_frames == NULL ?
+			MemoryContextAlloc(TopMemoryContext, n * sizeof(CallerFrame)) :
+			repalloc(caller_frames, n * sizeof(CallerFrame));
+		max_caller_frames = n;
 	}
 	GetUserIdAndSecContext(&scope->save_userid, &scope->save_sec_context);
 	scope->save_caller = pgq_caller;
 	scope->owner = tables_owner();
+	caller_frames[ncaller_frames].outer_caller = pgq_caller;
+	caller_frames[ncaller_frames].subid = GetCurrentSubTransactionId();
+	ncaller_frames++;
 	pgq_caller = scope->save_userid;
 	pgq_become_owner(scope);
 }
@@ -108,6 +165,10 @@ void
 pgq_leave(PgqScope *scope)
 {
 	SetUserIdAndSecContext(scope->save_userid, scope->save_sec_context);
+	Assert(ncaller_frames > 0 &&
+		   caller_frames[ncaller_frames - 1].outer_caller == scope->save_caller);
+	if (ncaller_frames > 0)
+		ncaller_frames--;
 	pgq_caller = scope->save_caller;
 }
 
