@@ -105,6 +105,23 @@ SELECT cardinality(pgq.complete_many(array_agg(block_id), array_agg(attempt + 1)
 FROM pgq.claim('lg', 1);
 SELECT state, done, pending, claimed FROM pgq.group_stats WHERE group_name = 'lg';
 SELECT pgq.drop_group('lg');
+-- the ids it returns are those completed, of blocks and items alike (made
+-- after SPI's memory is gone: where bigint is passed by reference, as on
+-- 32-bit builds, they pointed into it)
+SELECT pgq.create_group('lg_ids', 'SELECT g FROM generate_series(1, 3) g', 1,
+                        mode => 'lease');
+SELECT pgq.create_queue('q_ids');
+SELECT count(pgq.enqueue('q_ids', jsonb_build_object('n', g)))
+FROM generate_series(1, 3) g;
+WITH c AS (SELECT block_id, attempt FROM pgq.claim('lg_ids', 3)
+           UNION ALL
+           SELECT block_id, attempt FROM pgq.claim('q_ids', 3))
+SELECT count(*) AS claimed,
+       pgq.complete_many(array_agg(block_id ORDER BY block_id),
+                         array_agg(attempt ORDER BY block_id))
+       = array_agg(block_id ORDER BY block_id) AS returns_the_ids
+FROM c;
+SELECT pgq.drop_group('lg_ids'), pgq.drop_group('q_ids');
 
 -- transaction mode: the claim is consumed at COMMIT, given back at ROLLBACK
 SELECT pgq.create_queue('tx', mode => 'transaction');

@@ -1086,12 +1086,12 @@ pgq_queue_extend(const PgqGroup *group, int64 item_id, int32 attempt,
 					   4, argtypes, values, NULL);
 }
 
-/* qsort comparator: bigint Datums, ascending */
+/* qsort comparator: int64s, ascending */
 static int
-compare_datum_int64(const void *a, const void *b)
+compare_int64(const void *a, const void *b)
 {
-	int64		x = DatumGetInt64(*(const Datum *) a);
-	int64		y = DatumGetInt64(*(const Datum *) b);
+	int64		x = *(const int64 *) a;
+	int64		y = *(const int64 *) b;
 
 	return (x > y) - (x < y);
 }
@@ -1175,11 +1175,13 @@ queues_to_complete(Datum ids)
  * Complete the lease-mode items among the first n ids, each under its
  * attempt and with its result, in one statement, after checking that the
  * caller may consume their queues (items of queues it may not see are left
- * alone).  Their ids go to done[*ndone].
+ * alone).  Their ids go to done[*ndone], as plain int64s: a bigint Datum of
+ * SPI's result is a pointer where int8 is passed by reference, and
+ * SPI_finish() frees what it points to.
  */
 static void
 complete_items(ArgArray *ids, ArgArray *attempts, ArgArray *results, int n,
-			   Datum *done, int *ndone)
+			   int64 *done, int *ndone)
 {
 	Oid			argtypes[4] = {INT8ARRAYOID, INT4ARRAYOID, JSONBARRAYOID,
 	INT8ARRAYOID};
@@ -1226,8 +1228,9 @@ complete_items(ArgArray *ids, ArgArray *attempts, ArgArray *results, int n,
 	{
 		bool		isnull;
 
-		done[(*ndone)++] = SPI_getbinval(SPI_tuptable->vals[i],
-										 SPI_tuptable->tupdesc, 1, &isnull);
+		done[(*ndone)++] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i],
+													   SPI_tuptable->tupdesc,
+													   1, &isnull));
 	}
 	wake_returned_groups(2);
 }
@@ -1251,7 +1254,8 @@ pgq_complete_many(PG_FUNCTION_ARGS)
 	ArgArray	ids;
 	ArgArray	attempts;
 	ArgArray	results;
-	Datum	   *done;
+	int64	   *done;
+	Datum	   *result;
 	int			ndone = 0;
 	int			nrest = 0;
 	bool		blocks_first;
@@ -1282,7 +1286,7 @@ pgq_complete_many(PG_FUNCTION_ARGS)
 	if (ids.n == 0)
 		PG_RETURN_ARRAYTYPE_P(construct_empty_array(INT8OID));
 
-	done = palloc(ids.n * sizeof(Datum));
+	done = palloc(ids.n * sizeof(int64));
 	pgq_enter(&scope);
 	SPI_connect();
 
@@ -1294,15 +1298,14 @@ pgq_complete_many(PG_FUNCTION_ARGS)
 	 * Blocks.  The ids that are not (or, after the items, not completed)
 	 * keep their places at the front of the arrays, for complete_items().
 	 */
-	qsort(done, ndone, sizeof(Datum), compare_datum_int64);
+	qsort(done, ndone, sizeof(int64), compare_int64);
 	for (int i = 0; i < ids.n; i++)
 	{
 		int64		id = DatumGetInt64(ids.values[i]);
 
 		CHECK_FOR_INTERRUPTS();
 		if (!blocks_first &&
-			bsearch(&ids.values[i], done, ndone, sizeof(Datum),
-					compare_datum_int64) != NULL)
+			bsearch(&id, done, ndone, sizeof(int64), compare_int64) != NULL)
 			continue;			/* an item, completed */
 		if (!pgq_lookup_block(id, &group))
 		{
@@ -1319,7 +1322,7 @@ pgq_complete_many(PG_FUNCTION_ARGS)
 		pgq_check_privilege(&group, PGQ_PRIV_CONSUME);
 		if (group.mode == PGQ_MODE_LEASE &&
 			pgq_lease_complete(&group, id, DatumGetInt32(attempts.values[i])))
-			done[ndone++] = Int64GetDatum(id);
+			done[ndone++] = id;
 	}
 	if (blocks_first && nrest > 0)
 		complete_items(&ids, &attempts, &results, nrest, done, &ndone);
@@ -1328,8 +1331,13 @@ pgq_complete_many(PG_FUNCTION_ARGS)
 		pgq_lease_durable();
 	SPI_finish();
 	pgq_leave(&scope);
-	qsort(done, ndone, sizeof(Datum), compare_datum_int64);
-	PG_RETURN_ARRAYTYPE_P(construct_array(done, ndone, INT8OID, sizeof(int64),
+
+	/* the Datums made here, in the caller's memory, not SPI's */
+	qsort(done, ndone, sizeof(int64), compare_int64);
+	result = palloc(Max(ndone, 1) * sizeof(Datum));
+	for (int i = 0; i < ndone; i++)
+		result[i] = Int64GetDatum(done[i]);
+	PG_RETURN_ARRAYTYPE_P(construct_array(result, ndone, INT8OID, sizeof(int64),
 										  FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 }
 
