@@ -265,28 +265,21 @@ have_channels(void)
 }
 
 /*
- * The channel of the named group, as the tables' owner; NULL if there is no
- * such group (any more).
+ * The channel of the group that a statement prepared once in *plan finds,
+ * as the tables' owner; NULL if there is no such group (any more).
  */
 static char *
-group_channel(const char *group_name)
+read_channel(SPIPlanPtr *plan, const char *sql, int nargs, Oid *argtypes,
+			 Datum *values)
 {
-	static SPIPlanPtr plan = NULL;
-	Datum		value = CStringGetTextDatum(group_name);
 	char	   *channel = NULL;
 	int			rc;
 
 	SPI_connect();
-	if (plan == NULL)
-	{
-		Oid			argtypes[1] = {TEXTOID};
-
-		plan = pgq_keep_plan("SELECT channel FROM pgq.groups "
-							 "WHERE group_name " OP("=") " $1",
-							 1, argtypes);
-	}
+	if (*plan == NULL)
+		*plan = pgq_keep_plan(sql, nargs, argtypes);
 	/* groups are read with a fresh snapshot (see lookup_by() in group.c) */
-	rc = SPI_execute_snapshot(plan, &value, NULL, GetLatestSnapshot(),
+	rc = SPI_execute_snapshot(*plan, values, NULL, GetLatestSnapshot(),
 							  InvalidSnapshot, false, true, 1);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "could not read group: %s", SPI_result_code_string(rc));
@@ -304,6 +297,40 @@ group_channel(const char *group_name)
 	}
 	SPI_finish();
 	return channel;
+}
+
+/* The channel of the named group; NULL if there is no such group. */
+static char *
+group_channel(const char *group_name)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			argtypes[1] = {TEXTOID};
+	Datum		values[1] = {CStringGetTextDatum(group_name)};
+
+	return read_channel(&plan,
+						"SELECT channel FROM pgq.groups "
+						"WHERE group_name " OP("=") " $1",
+						1, argtypes, values);
+}
+
+/*
+ * The channel of the group that a lookup found; NULL if it is gone.  Looked
+ * up by id, not by name: a group made under the name since the lookup is
+ * another group, which the caller may not be allowed to know of.
+ */
+static char *
+found_group_channel(const PgqGroupRef *ref)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			argtypes[2] = {INT8OID, TIMESTAMPTZOID};
+	Datum		values[2] = {Int64GetDatum(ref->group_id),
+	TimestampTzGetDatum(ref->created_at)};
+
+	return read_channel(&plan,
+						"SELECT channel FROM pgq.groups "
+						"WHERE group_id " OP("=") " $1 "
+						"AND created_at " OP("=") " $2",
+						2, argtypes, values);
 }
 
 /*
@@ -350,7 +377,7 @@ pgq_channel(PG_FUNCTION_ARGS)
 	SPI_connect();
 	pgq_lookup_group(PG_GETARG_TEXT_PP(0), &group);
 	pgq_check_privilege(&group, PGQ_PRIV_USE);
-	channel = group_channel(group.name);
+	channel = found_group_channel(&group.ref);
 	if (channel == NULL)		/* dropped since the lookup */
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
