@@ -277,11 +277,17 @@ pgq_check_privilege(const PgqGroup *group, PgqPrivilege what)
 	}
 	if (ok)
 		return;
+
+	/*
+	 * No grant allows what only the owner may do, and who the owner is is
+	 * none of this caller's business: no hint for that.
+	 */
 	if (!pgq_may_see_group(group))
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("permission denied for group \"%s\"", group->name),
-				 errhint("The group's owner can grant privileges on it with pgq.grant().")));
+				 what != PGQ_PRIV_ADMIN ?
+				 errhint("The group's owner can grant privileges on it with pgq.grant().") : 0));
 	owner_name = GetUserNameFromId(group->owner, true);
 	if (what != PGQ_PRIV_ADMIN)
 		ereport(ERROR,
