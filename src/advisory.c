@@ -1041,6 +1041,73 @@ reserve_worker(void)
 }
 
 /*
+ * Error out because the limit set by "setting" leaves no room for another
+ * worker's placeholder lock.
+ */
+static void
+report_worker_limit(const char *setting)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+			 errmsg("cannot register another advisory-mode worker"),
+			 errdetail_plural("The limit set by %s is reached; this session holds %d advisory lock (blocks and worker registrations).",
+							  "The limit set by %s is reached; this session holds %d advisory locks (blocks and worker registrations).",
+							  nheld + nown_workers, setting, nheld + nown_workers),
+			 errhint("A worker's placeholder lock counts against the limits on advisory locks until its session ends.  Register once per session, or raise %s.",
+					 setting)));
+}
+
+/*
+ * Take a new worker id from pgq.worker_id_seq and its placeholder lock,
+ * counted against the limits, and remember the worker, to be let go should
+ * the (sub)transaction abort.  Inside SPI.
+ *
+ * Only a session from before DROP EXTENSION and CREATE EXTENSION can hold
+ * the lock of an id that the sequence has not handed out: one whose
+ * installation's key in lock tags is the same as this one's (see the top of
+ * the file), which has not called pgq since.  Its lock names a worker that
+ * is gone: the next id is taken instead.  Every turn takes a new id, and
+ * those sessions hold finitely many locks.
+ */
+static int64
+lock_new_worker(void)
+{
+	for (;;)
+	{
+		int64		worker_id;
+		const char *setting;
+		bool		isnull;
+		int			rc;
+
+		CHECK_FOR_INTERRUPTS();
+		rc = SPI_execute("SELECT pg_catalog.nextval('pgq.worker_id_seq')",
+						 false, 1);
+		if (rc != SPI_OK_SELECT)
+			elog(ERROR, "could not take a worker id: %s",
+				 SPI_result_code_string(rc));
+		worker_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+												SPI_tuptable->tupdesc, 1,
+												&isnull));
+		SPI_freetuptable(SPI_tuptable);
+
+		reserve_worker();
+		setting = take_lock_budget();
+		if (setting != NULL)
+			report_worker_limit(setting);
+		if (try_lock(worker_id, PGQ_LOCK_WORKER))
+		{
+			own_workers[nown_workers].worker_id = worker_id;
+			own_workers[nown_workers].installation = installation;
+			own_workers[nown_workers].subid = GetCurrentSubTransactionId();
+			own_workers[nown_workers].role = budget_role;
+			nown_workers++;
+			return worker_id;
+		}
+		pgq_advisory_locks_give(budget_role);
+	}
+}
+
+/*
  * pgq.register_worker(worker_name) -> bigint
  *
  * Register this session as an advisory-mode worker, and take the worker's
@@ -1052,14 +1119,12 @@ reserve_worker(void)
 Datum
 pgq_register_worker(PG_FUNCTION_ARGS)
 {
-	Oid			argtypes[3] = {TEXTOID, INT4OID, REGROLEOID};
-	Datum		values[3];
-	char		nulls[3] = {' ', ' ', ' '};
+	Oid			argtypes[4] = {TEXTOID, INT4OID, REGROLEOID, INT8OID};
+	Datum		values[4];
+	char		nulls[4] = {' ', ' ', ' ', ' '};
 	int64		worker_id;
-	bool		isnull;
 	int			rc;
 	PgqScope	scope;
-	const char *setting;
 
 	pgq_check_not_in_recovery("register a worker");
 	values[1] = Int32GetDatum(MyProcPid);
@@ -1075,53 +1140,28 @@ pgq_register_worker(PG_FUNCTION_ARGS)
 		nulls[0] = 'n';
 	else
 		values[0] = PG_GETARG_DATUM(0);
+
+	/* the lock first: the registry row says that its holder is alive */
+	worker_id = lock_new_worker();
+	values[3] = Int64GetDatum(worker_id);
+
 	/* the registering role: pgq.workers shows a worker to its role only */
 	if (get_attnum(get_relname_relid("worker_registry",
 									 get_namespace_oid("pgq", false)),
 				   "owner") != InvalidAttrNumber)
 		rc = SPI_execute_with_args("INSERT INTO pgq.worker_registry "
 								   "(worker_id, worker_name, pid, owner) "
-								   "VALUES (pg_catalog.nextval('pgq.worker_id_seq'), $1, $2, $3) "
-								   "RETURNING worker_id",
-								   3, argtypes, values, nulls, false, 1);
+								   "VALUES ($4, $1, $2, $3)",
+								   4, argtypes, values, nulls, false, 0);
 	else						/* a database not updated from 0.1 yet */
 		rc = SPI_execute_with_args("INSERT INTO pgq.worker_registry "
 								   "(worker_id, worker_name, pid) "
-								   "VALUES (pg_catalog.nextval('pgq.worker_id_seq'), $1, $2) "
-								   "RETURNING worker_id",
-								   2, argtypes, values, nulls, false, 1);
-	if (rc != SPI_OK_INSERT_RETURNING)
+								   "VALUES ($4, $1, $2)",
+								   4, argtypes, values, nulls, false, 0);
+	if (rc != SPI_OK_INSERT)
 		elog(ERROR, "could not register worker: %s", SPI_result_code_string(rc));
-	worker_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-											SPI_tuptable->tupdesc, 1, &isnull));
 	SPI_finish();
 	pgq_leave(&scope);
-
-	/*
-	 * remembered, to be let go on rollback or should the extension be
-	 * created again
-	 */
-	reserve_worker();
-	setting = take_lock_budget();
-	if (setting != NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-				 errmsg("cannot register another advisory-mode worker"),
-				 errdetail_plural("The limit set by %s is reached; this session holds %d advisory lock (blocks and worker registrations).",
-						   "The limit set by %s is reached; this session holds %d advisory locks (blocks and worker registrations).",
-						   nheld + nown_workers, setting, nheld + nown_workers),
-				 errhint("A worker's placeholder lock counts against the limits on advisory locks until its session ends.  Register once per session, or raise %s.",
-						 setting)));
-	if (!try_lock(worker_id, PGQ_LOCK_WORKER))
-	{
-		pgq_advisory_locks_give(budget_role);
-		elog(ERROR, "could not lock new worker " INT64_FORMAT, worker_id);
-	}
-	own_workers[nown_workers].worker_id = worker_id;
-	own_workers[nown_workers].installation = installation;
-	own_workers[nown_workers].subid = GetCurrentSubTransactionId();
-	own_workers[nown_workers].role = budget_role;
-	nown_workers++;
 	PG_RETURN_INT64(worker_id);
 }
 
