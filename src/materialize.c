@@ -136,13 +136,6 @@ PGDLLEXPORT void pgq_reader_main(Datum arg);
 /* The reader, for the writer's exit callback. */
 static BackgroundWorkerHandle *reader_handle = NULL;
 
-/* shm_mq_send() gained force_flush in PostgreSQL 15. */
-#if PG_VERSION_NUM >= 150000
-#define pgq_mq_sendv(mqh, iov, n) shm_mq_sendv(mqh, iov, n, false, true)
-#else
-#define pgq_mq_sendv(mqh, iov, n) shm_mq_sendv(mqh, iov, n, false)
-#endif
-
 /* The advisory lock tag that says a group has a live writer. */
 static void
 materialize_lock_tag(LOCKTAG *tag, int64 group_id)
@@ -720,7 +713,7 @@ reply_to_creator(dsm_segment *seg, char reply)
 	mqh = shm_mq_attach(mq, seg, NULL);
 	iov.data = &reply;
 	iov.len = 1;
-	(void) pgq_mq_sendv(mqh, &iov, 1);
+	(void) shm_mq_sendv(mqh, &iov, 1, false, true);
 	shm_mq_detach(mqh);
 	dsm_detach(seg);
 }
@@ -879,7 +872,7 @@ send_ids(const int64 *ids, int n, void *arg)
 	iov[1].data = (const char *) ids;
 	iov[1].len = (Size) n * sizeof(int64);
 	pgstat_report_activity(STATE_RUNNING, "running the group's query");
-	if (pgq_mq_sendv(mqh, iov, 2) != SHM_MQ_SUCCESS)
+	if (shm_mq_sendv(mqh, iov, 2, false, true) != SHM_MQ_SUCCESS)
 		ereport(ERROR,
 				(errcode(ERRCODE_ADMIN_SHUTDOWN),
 				 errmsg("the materialization writer exited")));
@@ -900,7 +893,7 @@ send_last(shm_mq_handle *mqh, PgqMessageKind kind, int64 count,
 	iov[0].len = sizeof(msg);
 	iov[1].data = reason;
 	iov[1].len = reason != NULL ? strlen(reason) : 0;
-	(void) pgq_mq_sendv(mqh, iov, reason != NULL ? 2 : 1);
+	(void) shm_mq_sendv(mqh, iov, reason != NULL ? 2 : 1, false, true);
 }
 
 /*

@@ -14,7 +14,6 @@
 #include "access/xlog.h"
 #include "executor/spi.h"
 #include "fmgr.h"
-#include "funcapi.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
@@ -22,7 +21,6 @@
 #include "storage/shmem.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
-#include "utils/tuplestore.h"
 
 #include "pgq.h"
 
@@ -33,21 +31,17 @@ int			pgq_materialize_timeout = 0;	/* milliseconds, 0 for none */
 int			pgq_max_materialize_timeout = 0;	/* milliseconds, 0 for none */
 int			pgq_key_lookups = 100;
 
-#if PG_VERSION_NUM >= 150000
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
-#endif
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
 void		_PG_init(void);
 
-/* Ask for pgq's shared memory and its lock (PostgreSQL 15: from a hook). */
+/* Ask for pgq's shared memory and its lock (from shmem_request_hook). */
 static void
 pgq_shmem_request(void)
 {
-#if PG_VERSION_NUM >= 150000
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
-#endif
 	RequestAddinShmemSpace(add_size(add_size(pgq_shmem_size(),
 											 pgq_wait_shmem_size()),
 									pgq_lease_shmem_size()));
@@ -97,12 +91,8 @@ _PG_init(void)
 								0,
 								NULL, NULL, NULL);
 
-#if PG_VERSION_NUM >= 150000
 		prev_shmem_request_hook = shmem_request_hook;
 		shmem_request_hook = pgq_shmem_request;
-#else
-		pgq_shmem_request();
-#endif
 		prev_shmem_startup_hook = shmem_startup_hook;
 		shmem_startup_hook = pgq_shmem_startup;
 
@@ -143,11 +133,7 @@ _PG_init(void)
 	 * Last, once every setting is defined: this removes the placeholders of
 	 * pgq.* names still undefined, with the values postgresql.conf gave them.
 	 */
-#if PG_VERSION_NUM >= 150000
 	MarkGUCPrefixReserved("pgq");
-#else
-	EmitWarningsOnPlaceholders("pgq");
-#endif
 }
 
 /*
@@ -338,33 +324,6 @@ pgq_parse_mode(const char *mode)
 			 errhint("The claim modes are \"transaction\", \"lease\" and \"advisory\".")));
 	pg_unreachable();
 }
-
-#if PG_VERSION_NUM < 150000
-/*
- * Set up a set-returning function to return a tuplestore, as
- * InitMaterializedSRF() does on PostgreSQL 15 and later.
- */
-void
-pgq_init_materialized_srf(FunctionCallInfo fcinfo)
-{
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	MemoryContext oldcxt;
-	TupleDesc	tupdesc;
-
-	if (rsinfo == NULL || !IsA(rsinfo, ReturnSetInfo) ||
-		!(rsinfo->allowedModes & SFRM_Materialize))
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("set-valued function called in context that cannot accept a set")));
-	oldcxt = MemoryContextSwitchTo(rsinfo->econtext->ecxt_per_query_memory);
-	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "return type must be a row type");
-	rsinfo->returnMode = SFRM_Materialize;
-	rsinfo->setDesc = CreateTupleDescCopy(tupdesc);
-	rsinfo->setResult = tuplestore_begin_heap(true, false, work_mem);
-	MemoryContextSwitchTo(oldcxt);
-}
-#endif
 
 /* The name of a claim mode, as stored and as users write it. */
 const char *

@@ -164,14 +164,9 @@ typedef struct PgqBlockScan
 #define OP(op)	"OPERATOR(pg_catalog." op ")"
 
 /* InitMaterializedSRF() appeared in 15.1, after SetSingleFuncCall() in 15.0 */
-#if PG_VERSION_NUM >= 150001
 #include "funcapi.h"
-#elif PG_VERSION_NUM >= 150000
-#include "funcapi.h"
+#if PG_VERSION_NUM < 150001
 #define InitMaterializedSRF(fcinfo, flags) SetSingleFuncCall(fcinfo, flags)
-#else
-#define InitMaterializedSRF(fcinfo, flags) pgq_init_materialized_srf(fcinfo)
-extern void pgq_init_materialized_srf(FunctionCallInfo fcinfo);
 #endif
 
 /* Receives a group's ids from pgq_run_group_query(), a fetch at a time. */

@@ -40,9 +40,7 @@
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/timestamp.h"
-#if PG_VERSION_NUM >= 150000
 #include "common/pg_prng.h"
-#endif
 
 #include "pgq.h"
 
@@ -954,11 +952,7 @@ backoff_usecs(const PgqGroup *group, int32 attempt)
 	for (int i = 1; i < attempt && delay > 0 && delay < cap; i++)
 		delay *= 2;
 	delay = Min(delay, cap);
-#if PG_VERSION_NUM >= 150000
 	r = pg_prng_double(&pg_global_prng_state);
-#else
-	r = (double) random() / ((double) MAX_RANDOM_VALUE + 1);
-#endif
 	return delay - (int64) (r * (delay / 2));
 }
 
