@@ -67,47 +67,6 @@ pgq_compare_claimed(const void *a, const void *b)
 }
 
 /*
- * Copy the blocks the last SPI statement returned, as columns block_id (1),
- * ids (2) and, if attempt_col is not 0, attempt, into blocks[] in cxt, in
- * block id order, and free the statement's result (a waiting claim runs
- * many).  If state_col is not 0, only rows whose state is 'c' are kept (a
- * lease claim's others were dead-lettered).  Returns how many were kept.
- * The arrays are detoasted: they may be stored out of line, in rows the
- * statement just deleted.
- */
-int
-pgq_claimed_from_spi(ClaimedBlock *blocks, int attempt_col, int state_col,
-					 MemoryContext cxt)
-{
-	TupleDesc	tupdesc = SPI_tuptable->tupdesc;
-	MemoryContext oldcxt = MemoryContextSwitchTo(cxt);
-	int			n = 0;
-
-	for (uint64 i = 0; i < SPI_processed; i++)
-	{
-		HeapTuple	tuple = SPI_tuptable->vals[i];
-		bool		isnull;
-
-		if (state_col != 0 &&
-			DatumGetChar(SPI_getbinval(tuple, tupdesc, state_col, &isnull)) !=
-			PGQ_BLOCK_CLAIMED)
-			continue;
-		blocks[n].block_id =
-			DatumGetInt64(SPI_getbinval(tuple, tupdesc, 1, &isnull));
-		blocks[n].ids = PointerGetDatum(PG_DETOAST_DATUM_COPY(SPI_getbinval(tuple, tupdesc, 2, &isnull)));
-		blocks[n].attempt = attempt_col == 0 ? 1 :
-			DatumGetInt32(SPI_getbinval(tuple, tupdesc, attempt_col, &isnull));
-		blocks[n].payload = blocks[n].data = blocks[n].key = (Datum) 0;
-		blocks[n].priority = 0;
-		n++;
-	}
-	MemoryContextSwitchTo(oldcxt);
-	SPI_freetuptable(SPI_tuptable);
-	qsort(blocks, n, sizeof(ClaimedBlock), pgq_compare_claimed);
-	return n;
-}
-
-/*
  * Lock and delete up to "limit" unclaimed blocks of the group from block id
  * "from" on, append them to blocks[*nblocks...] (in resultcxt, sorted by
  * block id), and make them the transaction's claims.  Returns how many.

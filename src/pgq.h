@@ -280,8 +280,6 @@ extern void pgq_check_claim_context(PgqMode mode);
 extern void pgq_claim_changed_more(void);
 extern TimestampTz pgq_wait_deadline(Interval *wait);
 extern int	pgq_compare_claimed(const void *a, const void *b);
-extern int	pgq_claimed_from_spi(ClaimedBlock *blocks, int attempt_col,
-								 int state_col, MemoryContext cxt);
 
 /* block.c */
 extern bool pgq_complete_held(int64 block_id, NullableDatum attempt,
@@ -351,7 +349,6 @@ extern bool pgq_queue_extend(const PgqGroup *group, int64 item_id,
 							 int32 attempt, Interval *lease);
 
 /* materialize.c */
-extern void pgq_materialize_init(void);
 extern void pgq_materialize_define_settings(void);
 extern void pgq_start_materialization(int64 group_id);
 extern bool pgq_materializer_alive(int64 group_id);
