@@ -334,6 +334,8 @@ extern void pgq_advisory_unlock(int64 block_id);
 extern void pgq_advisory_undo_claim(int64 block_id);
 extern void pgq_advisory_forget_block(int64 block_id);
 extern void pgq_forget_dead_workers(void);
+extern void pgq_advisory_forget_group(const PgqGroupRef *group);
+extern int64 pgq_advisory_held_in_group(const PgqGroupRef *group);
 
 /* queue.c */
 extern int	pgq_queue_claim(const PgqGroup *group, int max_items,
@@ -356,8 +358,6 @@ extern bool pgq_materializer_alive(int64 group_id);
 /* worker.c */
 extern void pgq_worker_init(void);
 extern bool pgq_maintenance_on(void);
-extern void pgq_advisory_forget_group(const PgqGroupRef *group);
-extern int64 pgq_advisory_held_in_group(const PgqGroupRef *group);
 
 /* shmem.c: per-group state shared by all backends */
 extern bool pgq_shmem_ready(void);
