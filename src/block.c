@@ -78,18 +78,6 @@ end_block_op(PgqScope *scope)
 	pgq_leave(scope);
 }
 
-/* The attempt argument that lease mode requires. */
-static int32
-required_attempt(FunctionCallInfo fcinfo, int argno)
-{
-	if (PG_ARGISNULL(argno))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("attempt is required for blocks of lease-mode groups"),
-				 errhint("Pass the attempt that pgq.claim() returned with the block.")));
-	return PG_GETARG_INT32(argno);
-}
-
 /* The worker_id argument that advisory mode requires, checked. */
 static void
 require_worker(FunctionCallInfo fcinfo, int argno)
@@ -147,7 +135,7 @@ pgq_complete(PG_FUNCTION_ARGS)
 			break;
 		case PGQ_MODE_LEASE:
 			done = pgq_lease_complete(&group, block_id,
-									  required_attempt(fcinfo, 2));
+									  pgq_required_attempt(fcinfo, 2, false));
 			break;
 		case PGQ_MODE_ADVISORY:
 			require_worker(fcinfo, 3);
@@ -204,7 +192,7 @@ pgq_release(PG_FUNCTION_ARGS)
 			break;
 		case PGQ_MODE_LEASE:
 			done = pgq_lease_release(&group, block_id,
-									 required_attempt(fcinfo, 1));
+									 pgq_required_attempt(fcinfo, 1, false));
 			break;
 		case PGQ_MODE_ADVISORY:
 			require_worker(fcinfo, 2);
@@ -263,7 +251,8 @@ pgq_fail(PG_FUNCTION_ARGS)
 			break;
 		case PGQ_MODE_LEASE:
 			refuse_error_data(fcinfo, &group);
-			done = pgq_lease_fail(&group, block_id, required_attempt(fcinfo, 3),
+			done = pgq_lease_fail(&group, block_id,
+								  pgq_required_attempt(fcinfo, 3, false),
 								  error, retry_after);
 			break;
 		case PGQ_MODE_ADVISORY:
@@ -298,11 +287,11 @@ pgq_extend(PG_FUNCTION_ARGS)
 					"Only lease-mode claims have a deadline to extend.");
 	if (group.kind == PGQ_KIND_QUEUE)
 		done = pgq_queue_extend(&group, PG_GETARG_INT64(0),
-								required_attempt(fcinfo, 2),
+								pgq_required_attempt(fcinfo, 2, false),
 								PG_GETARG_INTERVAL_P(1));
 	else
 		done = pgq_lease_extend(&group, PG_GETARG_INT64(0),
-								required_attempt(fcinfo, 2),
+								pgq_required_attempt(fcinfo, 2, false),
 								PG_GETARG_INTERVAL_P(1));
 	end_block_op(&scope);
 	PG_RETURN_BOOL(done);

@@ -169,6 +169,27 @@ pgq_check_arg_not_null(FunctionCallInfo fcinfo, int argno, const char *argname)
 				 errmsg("%s must not be NULL", argname)));
 }
 
+/*
+ * The attempt argument that a lease-mode call requires; the error names a
+ * queue's items if "item", else blocks.
+ */
+int32
+pgq_required_attempt(FunctionCallInfo fcinfo, int argno, bool item)
+{
+	if (!PG_ARGISNULL(argno))
+		return PG_GETARG_INT32(argno);
+	if (item)
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("attempt is required for items of lease-mode queues"),
+				 errhint("Pass the attempt that pgq.claim() returned with the item.")));
+	ereport(ERROR,
+			(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+			 errmsg("attempt is required for blocks of lease-mode groups"),
+			 errhint("Pass the attempt that pgq.claim() returned with the block.")));
+	pg_unreachable();
+}
+
 /* Refuse writes during recovery with the error a standby gives. */
 void
 pgq_check_not_in_recovery(const char *what)

@@ -192,6 +192,8 @@ extern int	pgq_key_lookups;
 extern void pgq_check_name(text *name);
 extern void pgq_check_arg_not_null(FunctionCallInfo fcinfo, int argno,
 								   const char *argname);
+extern int32 pgq_required_attempt(FunctionCallInfo fcinfo, int argno,
+								  bool item);
 extern void pgq_check_not_in_recovery(const char *what);
 extern void pgq_check_lease(const Interval *lease);
 extern void pgq_check_retry_after(const Interval *retry_after);

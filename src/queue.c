@@ -834,18 +834,6 @@ pgq_queue_claim(const PgqGroup *group, int max_items, ClaimedBlock *items,
 	return n;
 }
 
-/* The attempt argument of a lease-mode call. */
-static int32
-lease_attempt(FunctionCallInfo fcinfo, int argno)
-{
-	if (PG_ARGISNULL(argno))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("attempt is required for items of lease-mode queues"),
-				 errhint("Pass the attempt that pgq.claim() returned with the item.")));
-	return PG_GETARG_INT32(argno);
-}
-
 /*
  * Run a statement on an item with $1 group_id, $2 item_id, $3 attempt and
  * the caller's further arguments; true if it changed a row.
@@ -889,7 +877,7 @@ pgq_queue_complete(const PgqGroup *group, int64 item_id,
 
 	if (group->mode == PGQ_MODE_LEASE)
 	{
-		values[2] = Int32GetDatum(lease_attempt(fcinfo, 2));
+		values[2] = Int32GetDatum(pgq_required_attempt(fcinfo, 2, true));
 		done = change_item(&lease_plan,
 						   "UPDATE pgq.items SET state = 'd', due_at = NULL, "
 						   "result = $4, result_data = $5, "
@@ -925,7 +913,7 @@ pgq_queue_release(const PgqGroup *group, int64 item_id,
 
 	values[0] = Int64GetDatum(group->ref.group_id);
 	values[1] = Int64GetDatum(item_id);
-	values[2] = Int32GetDatum(lease_attempt(fcinfo, 1));
+	values[2] = Int32GetDatum(pgq_required_attempt(fcinfo, 1, true));
 	if (!change_item(&plan,
 					 "UPDATE pgq.items SET state = 'p', due_at = NULL " HELD_ITEM,
 					 3, argtypes, values, NULL))
@@ -994,7 +982,7 @@ pgq_queue_fail(const PgqGroup *group, int64 item_id, FunctionCallInfo fcinfo,
 
 	if (group->mode == PGQ_MODE_LEASE)
 	{
-		attempt = lease_attempt(fcinfo, 3);
+		attempt = pgq_required_attempt(fcinfo, 3, true);
 		fenced = items_fenced();
 	}
 	else
