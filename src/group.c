@@ -1098,7 +1098,7 @@ materialize_timeout(FunctionCallInfo fcinfo, bool async)
 	timeout = PG_GETARG_INTERVAL_P(7);
 	pgq_check_timeout(timeout);
 	if (pgq_max_materialize_timeout > 0 &&
-		pgq_interval_ms(timeout) > pgq_max_materialize_timeout)
+		pgq_duration_usecs(timeout) / 1000 > pgq_max_materialize_timeout)
 	{
 		timeout = palloc0(sizeof(Interval));
 		timeout->time = (int64) pgq_max_materialize_timeout * 1000;

@@ -989,7 +989,7 @@ read_group(const PgqMaterializeArgs *args, shm_mq_handle *mqh)
 	if (!no_timeout)
 		enable_timeout_at(STATEMENT_TIMEOUT,
 						  TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-													  pgq_interval_ms(DatumGetIntervalP(timeout))));
+													  pgq_duration_usecs(DatumGetIntervalP(timeout)) / 1000));
 	plan = pgq_prepare_group_query(query);
 	total = pgq_run_group_query(plan, send_ids, mqh);
 	if (!no_timeout)

@@ -266,13 +266,6 @@ pgq_duration_usecs(const Interval *span)
 	return span->time + (int64) span->day * USECS_PER_DAY;
 }
 
-/* A duration checked by duration_within(), in milliseconds. */
-int64
-pgq_interval_ms(const Interval *span)
-{
-	return (span->time + (int64) span->day * USECS_PER_DAY) / 1000;
-}
-
 /* A retry delay is 0 to 366 days. */
 void
 pgq_check_retry_after(const Interval *retry_after)

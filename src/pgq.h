@@ -203,7 +203,6 @@ extern int64 pgq_duration_usecs(const Interval *span);
 extern PgqMode pgq_parse_mode(const char *mode);
 extern const char *pgq_mode_name(PgqMode mode);
 extern PgqGroupState pgq_parse_state(const char *state);
-extern int64 pgq_interval_ms(const Interval *span);
 extern SPIPlanPtr pgq_keep_plan(const char *sql, int nargs, Oid *argtypes);
 extern TimestampTz pgq_time_after(TimestampTz start, const Interval *span);
 
