@@ -744,7 +744,6 @@ lock_due(const PgqGroup *group, int limit, ClaimedBlock *blocks,
 	return n;
 }
 
-
 /* Blocks of the group that this session holds. */
 int64
 pgq_advisory_held_in_group(const PgqGroupRef *group)

@@ -295,10 +295,10 @@ make_key(PgqGroupKey *key, Oid dbid, int64 group_id)
  * Make room in a full table by removing the entry of a group that no open
  * transaction holds blocks of, preferably one that knows no bound on its
  * blocks in flight: that group loses its hint, its next claim scans from
- * the head again, and its next look for due blocks walks the whole group.  Dynahash would otherwise take the room
- * from the shared memory slack that the lock table needs.  With a valid
- * "role", only an entry charged to that role.  Called with the table lock
- * held exclusively.
+ * the head again, and its next look for due blocks walks the whole group.
+ * Dynahash would otherwise take the room from the shared memory slack that
+ * the lock table needs.  With a valid "role", only an entry charged to that
+ * role.  Called with the table lock held exclusively.
  */
 static bool
 evict_idle_entry(Oid role)
