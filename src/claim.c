@@ -38,7 +38,7 @@ PG_FUNCTION_INFO_V1(pgq_inflight);
  * consumed meanwhile.  A transaction-mode claim is consumed when the caller's
  * transaction commits, so it also needs a transaction block.
  */
-void
+static void
 pgq_check_claim_context(PgqMode mode)
 {
 	if (mode == PGQ_MODE_TRANSACTION && !IsTransactionBlock())

@@ -277,7 +277,6 @@ extern int64 pgq_item_insert(PgqItemInserter *ins, const PgqNewItem *item);
 extern void pgq_item_inserter_end(PgqItemInserter *ins);
 
 /* claim.c */
-extern void pgq_check_claim_context(PgqMode mode);
 extern void pgq_claim_changed_more(void);
 extern TimestampTz pgq_wait_deadline(Interval *wait);
 extern int	pgq_compare_claimed(const void *a, const void *b);
