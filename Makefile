@@ -32,9 +32,9 @@ EXTRA_CLEAN = tmp_check_regress tmp_check_iso output_iso results regression.diff
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
-# every source file includes the shared header: rebuild them all when it
-# changes (PGXS tracks no header dependencies)
-$(OBJS): src/pgq.h
+# rebuild every object when a header changes: PGXS tracks header
+# dependencies only in a PostgreSQL built with --enable-depend
+$(OBJS): $(wildcard src/*.h)
 
 # Benchmarks against plain-SQL designs, on a throwaway server (as root):
 # see bench/README.md.

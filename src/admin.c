@@ -16,8 +16,14 @@
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "utils/builtins.h"
+#include "utils/timestamp.h"
 
 #include "pgq.h"
+#include "group.h"
+#include "materialize.h"
+#include "privilege.h"
+#include "wait.h"
+#include "xact.h"
 
 PG_FUNCTION_INFO_V1(pgq_pause);
 PG_FUNCTION_INFO_V1(pgq_resume);

@@ -46,6 +46,14 @@
 #include "utils/memutils.h"
 
 #include "pgq.h"
+#include "advisory.h"
+#include "blockscan.h"
+#include "claim.h"
+#include "group.h"
+#include "privilege.h"
+#include "shmem.h"
+#include "wait.h"
+#include "xact.h"
 
 /*
  * pgq's advisory lock tags, as pg_locks shows them (locktype 'advisory'):

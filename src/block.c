@@ -19,6 +19,14 @@
 #include "utils/timestamp.h"
 
 #include "pgq.h"
+#include "advisory.h"
+#include "block.h"
+#include "blockscan.h"
+#include "group.h"
+#include "lease.h"
+#include "privilege.h"
+#include "queue.h"
+#include "xact.h"
 
 PG_FUNCTION_INFO_V1(pgq_complete);
 PG_FUNCTION_INFO_V1(pgq_release);

@@ -52,6 +52,9 @@
 #include "utils/snapmgr.h"
 
 #include "pgq.h"
+#include "blockscan.h"
+#include "shmem.h"
+#include "xact.h"
 
 /* Block ids a claim's first pass looks at beyond twice the blocks it asks for */
 #define PGQ_CLAIM_WINDOW	16

@@ -29,6 +29,22 @@
 #include "utils/tuplestore.h"
 
 #include "pgq.h"
+#include "advisory.h"
+#include "block.h"
+#include "blockscan.h"
+#include "claim.h"
+#include "group.h"
+#include "lease.h"
+#include "privilege.h"
+#include "queue.h"
+#include "shmem.h"
+#include "wait.h"
+#include "xact.h"
+
+/* InitMaterializedSRF() appeared in 15.1, after SetSingleFuncCall() in 15.0 */
+#if PG_VERSION_NUM < 150001
+#define InitMaterializedSRF(fcinfo, flags) SetSingleFuncCall(fcinfo, flags)
+#endif
 
 PG_FUNCTION_INFO_V1(pgq_claim);
 PG_FUNCTION_INFO_V1(pgq_inflight);

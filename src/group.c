@@ -42,9 +42,20 @@
 #include "utils/snapmgr.h"
 
 #include "pgq.h"
+#include "blockscan.h"
+#include "group.h"
+#include "lease.h"
+#include "materialize.h"
+#include "privilege.h"
+#include "shmem.h"
+#include "wait.h"
+#include "xact.h"
 
 /* Rows fetched from the group's query at a time. */
 #define PGQ_FETCH_ROWS	2048
+
+/* field4 of the advisory lock tags pgq takes on groups */
+#define PGQ_LOCK_GROUP	20564
 
 PG_FUNCTION_INFO_V1(pgq_create_group);
 PG_FUNCTION_INFO_V1(pgq_drop_group);

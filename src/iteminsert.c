@@ -45,6 +45,9 @@
 #include "utils/timestamp.h"
 
 #include "pgq.h"
+#include "blockscan.h"
+#include "iteminsert.h"
+#include "lease.h"
 
 /* columns of pgq.items (see pgq--0.1.sql) */
 #define Anum_items_group_id		1

@@ -49,6 +49,12 @@
 #include "utils/timestamp.h"
 
 #include "pgq.h"
+#include "blockscan.h"
+#include "claim.h"
+#include "lease.h"
+#include "shmem.h"
+#include "wait.h"
+#include "xact.h"
 
 PG_FUNCTION_INFO_V1(pgq_next_attempt);
 

@@ -61,6 +61,13 @@
 #include "utils/wait_event.h"
 
 #include "pgq.h"
+#include "group.h"
+#include "materialize.h"
+#include "privilege.h"
+#include "shmem.h"
+#include "wait.h"
+#include "worker.h"
+#include "xact.h"
 
 /* field4 of the advisory lock tag that a group's writer holds */
 #define PGQ_LOCK_MATERIALIZE	20563

@@ -21,8 +21,17 @@
 #include "storage/shmem.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/timestamp.h"
 
 #include "pgq.h"
+#include "advisory.h"
+#include "lease.h"
+#include "materialize.h"
+#include "quota.h"
+#include "shmem.h"
+#include "wait.h"
+#include "worker.h"
+#include "xact.h"
 
 PG_MODULE_MAGIC;
 

@@ -44,6 +44,8 @@
 #include "utils/syscache.h"
 
 #include "pgq.h"
+#include "group.h"
+#include "privilege.h"
 
 PG_FUNCTION_INFO_V1(pgq_grant);
 PG_FUNCTION_INFO_V1(pgq_revoke);

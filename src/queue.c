@@ -43,6 +43,17 @@
 #include "common/pg_prng.h"
 
 #include "pgq.h"
+#include "blockscan.h"
+#include "claim.h"
+#include "group.h"
+#include "iteminsert.h"
+#include "lease.h"
+#include "privilege.h"
+#include "queue.h"
+#include "quota.h"
+#include "shmem.h"
+#include "wait.h"
+#include "xact.h"
 
 /* Limits on user input. */
 #define PGQ_MAX_KEY_BYTES	1024

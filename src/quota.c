@@ -30,6 +30,8 @@
 #include "utils/guc.h"
 
 #include "pgq.h"
+#include "iteminsert.h"
+#include "quota.h"
 
 static int	pgq_max_queue_items = 0;	/* 0: no bound */
 static int	pgq_max_payload_bytes = 0;	/* 0: no bound */

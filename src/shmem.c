@@ -80,6 +80,8 @@
 #include "utils/timestamp.h"
 
 #include "pgq.h"
+#include "privilege.h"
+#include "shmem.h"
 
 #define PGQ_SHMEM_VERSION	4
 

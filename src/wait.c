@@ -44,6 +44,10 @@
 #include "utils/wait_event.h"
 
 #include "pgq.h"
+#include "group.h"
+#include "privilege.h"
+#include "wait.h"
+#include "xact.h"
 
 /*
  * libpq/libpq.h declares this, but it includes the GSSAPI headers, which a

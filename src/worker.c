@@ -51,6 +51,14 @@
 #include "utils/wait_event.h"
 
 #include "pgq.h"
+#include "advisory.h"
+#include "blockscan.h"
+#include "group.h"
+#include "materialize.h"
+#include "shmem.h"
+#include "wait.h"
+#include "worker.h"
+#include "xact.h"
 
 static int	pgq_maintenance_interval = 10;	/* seconds */
 static int	pgq_retention = 7 * 24 * 3600;	/* seconds, 0 for forever */

@@ -1,0 +1,76 @@
+/*-------------------------------------------------------------------------
+ *
+ * blockscan.h
+ *	  Direct access to pgq.blocks: index scans, due blocks, deletes.
+ *
+ * IDENTIFICATION
+ *	  src/blockscan.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef PGQ_BLOCKSCAN_H
+#define PGQ_BLOCKSCAN_H
+
+#include "access/genam.h"
+#include "executor/tuptable.h"
+#include "nodes/execnodes.h"
+#include "storage/itemptr.h"
+
+#include "pgq.h"
+
+/* pgq.blocks.state of a block claimed under a lease (see pgq--0.1.sql) */
+#define PGQ_BLOCK_CLAIMED	'c'
+
+/* columns of pgq.blocks that C code reads directly (see pgq--0.1.sql) */
+#define Anum_blocks_group_id	1
+#define Anum_blocks_block_id	2
+#define Anum_blocks_ids			3
+#define Anum_blocks_state		4
+#define Anum_blocks_attempt		5
+#define Anum_blocks_lease_until	6
+#define Anum_blocks_last_error	7
+#define Anum_blocks_tries		8	/* from 0.2 */
+#define Anum_blocks_epoch		9	/* from 0.2 */
+
+/* An index scan of pgq.blocks without SQL. */
+typedef struct PgqBlockScan
+{
+	Relation	heap;
+	Relation	index;
+	Snapshot	snapshot;
+	IndexScanDesc scan;
+	TupleTableSlot *slot;		/* the current row */
+} PgqBlockScan;
+
+/* A block whose lease ran out or whose retry came due. */
+typedef struct PgqDueBlock
+{
+	int64		block_id;
+	ItemPointerData tid;		/* the row version the walk saw */
+	TimestampTz due;
+} PgqDueBlock;
+
+extern Relation pgq_open_rel(const char *name, LOCKMODE lockmode);
+extern Oid	pgq_rel_oid(const char *name);
+extern ResultRelInfo *pgq_result_rel(EState *estate, Relation rel);
+extern void pgq_block_scan_open(PgqBlockScan *scan, const char *index_name,
+								LOCKMODE lockmode);
+extern void pgq_block_scan_keys(PgqBlockScan *scan, ScanKey keys, int nkeys);
+extern bool pgq_block_scan_next(PgqBlockScan *scan);
+extern bool pgq_block_refetch(PgqBlockScan *scan, ItemPointer tid);
+extern void pgq_block_scan_close(PgqBlockScan *scan);
+extern void pgq_block_scan_claim_pass(PgqBlockScan *scan, int64 group_id,
+									  int64 from, int limit, int pass);
+extern void pgq_block_key(ScanKey keys, int64 group_id, int64 block_id);
+extern Datum pgq_block_attr(PgqBlockScan *scan, AttrNumber attnum,
+							bool *isnull);
+extern int	pgq_block_due(const PgqGroupRef *group, TimestampTz now, int max,
+						  PgqDueBlock **due);
+extern bool pgq_block_any_deadline(const PgqGroupRef *group);
+extern void pgq_block_due_abort(void);
+extern uint64 pgq_block_inflight_epoch(void);
+extern bool pgq_block_group_id(int64 block_id, int64 *group_id);
+extern bool pgq_block_delete(int64 group_id, int64 block_id,
+							 const int32 *attempt);
+
+#endif							/* PGQ_BLOCKSCAN_H */

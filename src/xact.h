@@ -1,0 +1,37 @@
+/*-------------------------------------------------------------------------
+ *
+ * xact.h
+ *	  Claims held by the current transaction, settled when it ends.
+ *
+ * IDENTIFICATION
+ *	  src/xact.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef PGQ_XACT_H
+#define PGQ_XACT_H
+
+#include "pgq.h"
+#include "claim.h"
+
+extern void pgq_xact_init(void);
+extern void pgq_xact_reserve(int n);
+extern void pgq_xact_remember(const PgqGroupRef *group,
+							  const ClaimedBlock *blocks, int n);
+extern void pgq_xact_remember_lease(const PgqGroupRef *group,
+									const ClaimedBlock *blocks, int n,
+									TimestampTz until);
+extern bool pgq_xact_changed_deadlines(int64 group_id);
+extern int64 pgq_xact_inflight_highest(int64 group_id);
+extern void pgq_xact_remember_drop(const PgqGroupRef *group);
+extern void pgq_xact_unlock_at_commit(const PgqGroupRef *group, int64 block_id);
+extern bool pgq_xact_unlocking(int64 block_id);
+extern bool pgq_xact_claimed(int64 block_id);
+extern void pgq_xact_wake_at_commit(const PgqGroupRef *group);
+extern void pgq_xact_remember_advisory(const PgqGroupRef *group,
+									   int64 block_id);
+extern void pgq_xact_remember_retry(const PgqGroupRef *group, int64 block_id);
+extern int64 pgq_xact_own_claims(int64 group_id);
+extern int64 pgq_xact_own_in_flight(int64 group_id);
+
+#endif							/* PGQ_XACT_H */
