@@ -788,7 +788,7 @@ pgq_advisory_claim(const PgqGroup *group, int max_blocks,
 	n = lock_due(group, max_blocks, blocks, cxt);
 	if (n < max_blocks)
 	{
-		(void) pgq_hint_get(&group->ref, &hint, &gen);
+		(void) pgq_claim_hint(&group->ref, &hint, &gen);
 		n += lock_pending(group, hint, max_blocks - n, n, blocks + n, cxt,
 						  &last);
 		if (last > 0)

@@ -163,7 +163,7 @@ transaction_claim(const PgqGroupRef *group, int max_blocks,
 	int			nblocks = 0;
 	int			first;
 
-	(void) pgq_hint_get(group, &hint, &gen);
+	(void) pgq_claim_hint(group, &hint, &gen);
 
 	first = lock_and_delete(group, hint, max_blocks, blocks, &nblocks,
 							resultcxt);
@@ -181,6 +181,21 @@ transaction_claim(const PgqGroupRef *group, int max_blocks,
 		qsort(blocks, nblocks, sizeof(ClaimedBlock), pgq_compare_claimed);
 	}
 	return nblocks;
+}
+
+/*
+ * Where a claim of the group starts looking for pending blocks: the shared
+ * hint, or a block that this transaction retried below it, which the shared
+ * hint moves to only when the retry commits (pgq_xact_own_hint()).  *gen is
+ * for pgq_hint_advance().  False when no hint is kept.
+ */
+bool
+pgq_claim_hint(const PgqGroupRef *group, int64 *hint, uint64 *gen)
+{
+	bool		kept = pgq_hint_get(group, hint, gen);
+
+	*hint = pgq_xact_own_hint(group, *hint);
+	return kept;
 }
 
 /* When a call asked to wait for "wait" must give up; 0 for not at all. */
@@ -299,7 +314,7 @@ group_exhausted(PgqGroup *group)
 	else
 		own = pgq_xact_own_in_flight(group->ref.group_id);
 	others = !pgq_no_claims_by_others(&group->ref, own);
-	if (!pgq_hint_get(&group->ref, &hint, &gen))
+	if (!pgq_claim_hint(&group->ref, &hint, &gen))
 		hint = 0;
 	if (hint > 0 && others)
 		return false;

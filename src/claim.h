@@ -25,6 +25,8 @@ typedef struct ClaimedBlock
 	int32		priority;		/* items: the claim order */
 } ClaimedBlock;
 
+extern bool pgq_claim_hint(const PgqGroupRef *group, int64 *hint,
+						   uint64 *gen);
 extern void pgq_claim_changed_more(void);
 extern TimestampTz pgq_wait_deadline(Interval *wait);
 extern int	pgq_compare_claimed(const void *a, const void *b);

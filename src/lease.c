@@ -970,7 +970,7 @@ pgq_lease_claim(const PgqGroup *group, int max_blocks, ClaimedBlock *blocks,
 	pgq_xact_remember_lease(&group->ref, blocks, n, until);
 	if (n < max_blocks)
 	{
-		(void) pgq_hint_get(&group->ref, &hint, &gen);
+		(void) pgq_claim_hint(&group->ref, &hint, &gen);
 		got = claim_pending(group, hint, max_blocks - n, until, blocks + n, cxt);
 		pgq_xact_remember_lease(&group->ref, blocks + n, got, until);
 		if (got > 0)

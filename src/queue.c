@@ -1400,11 +1400,10 @@ retry_item(int64 item_id)
 						 errhint("Only dead-lettered blocks and done or dead-lettered items can be retried.")));
 			/*
 			 * Others' claims find the block once the hint is lowered at
-			 * commit; lowering it now as well only lets this transaction's
-			 * own claims find it too.
+			 * commit; this transaction's own claims start at it before then
+			 * (pgq_claim_hint()).
 			 */
 			pgq_xact_remember_retry(&group.ref, item_id);
-			pgq_hint_lower(&group.ref, item_id);
 			pgq_announce_claimable(&group.ref, group.name);
 			return true;
 		}

@@ -477,6 +477,24 @@ same_group(const PgqGroupRef *a, const PgqGroupRef *b)
 }
 
 /*
+ * The lowest block of the group that this transaction retried, if below
+ * "hint": the shared hint moves to it only at commit, and until then only
+ * this transaction can claim it.
+ */
+int64
+pgq_xact_own_hint(const PgqGroupRef *group, int64 hint)
+{
+	for (int i = 0; i < nclaims; i++)
+	{
+		if (claims[i].kind == PGQ_REC_RETRY &&
+			same_group(&claims[i].group, group) &&
+			claims[i].block_id < hint)
+			hint = claims[i].block_id;
+	}
+	return hint;
+}
+
+/*
  * The claims from index "first" on have ended: committed, or undone if
  * "undone".  Consecutive records of one group are settled together, so a
  * claim of many blocks costs one shared-memory update per group.
