@@ -736,7 +736,7 @@ compare_due_nodes(Datum a, Datum b, void *arg)
  * back.
  *
  * Returns 0 if it does not fire in every session, and otherwise the epoch
- * of the bounds that it keeps (see pgq_inflight_bound()): the trigger's
+ * of the bounds that it keeps (invariant B1 in shmem.c): the trigger's
  * OID and the transaction that wrote the current version of its pg_trigger
  * row, which every CREATE TRIGGER, ENABLE and DISABLE writes anew.  Read
  * from the catalog again after each invalidation of pgq's relations, which
@@ -800,14 +800,13 @@ pgq_block_inflight_epoch(void)
 }
 
 /*
- * Learn the bound of the group's blocks in flight (see pgq_inflight_bound()),
- * read at generation "gen", by walking the whole group: the highest block
- * claimed under a lease or waiting for a retry.  The walk sees what is
+ * Learn the bound of the group's blocks in flight (invariants B1 and B2 in
+ * shmem.c), read at generation "gen", by walking the whole group: the highest
+ * block claimed under a lease or waiting for a retry.  The walk sees what is
  * committed, and none of the current transaction's own changes: had it
- * completed the highest block, say, and then rolled back, the block would
- * lie above the bound.  Its own blocks count anyway
- * (pgq_xact_inflight_highest()).  "epoch" is the trigger's that keeps the
- * bound from now on.
+ * completed the highest block, say, and then rolled back, the block would lie
+ * above the bound.  Its own blocks count anyway (pgq_xact_inflight_highest()).
+ * "epoch" is the trigger's that keeps the bound from now on.
  */
 static void
 learn_bound(const PgqGroupRef *group, uint64 gen, uint64 epoch)
@@ -962,14 +961,14 @@ walk_due(const PgqGroupRef *group, TimestampTz now, int max,
 }
 
 /*
- * The group's blocks whose lease ran out or whose retry came due by "now",
- * up to "max" of them, earliest deadline first, into *due (palloc'd; NULL
- * if none).  No walk is needed before the earliest deadline that the last
- * look found, nor while another claim looks (see pgq_due_none()); otherwise
- * walk, and remember what the walk found if nothing is due.  A transaction
- * that changed the group's deadlines in SQL walks every time, and keeps
- * what it sees to itself.  With max 0, returns 1 if some block is due, 0 if
- * none is.
+ * The group's blocks whose lease ran out or whose retry came due by "now", up
+ * to "max" of them, earliest deadline first, into *due (palloc'd; NULL if
+ * none).  No walk is needed before the earliest deadline that the last look
+ * found, nor while another claim looks (invariants D1 and D4 in shmem.c);
+ * otherwise walk, and remember what the walk found if nothing is due.  A
+ * transaction that changed the group's deadlines in SQL walks every time, and
+ * keeps what it sees to itself.  With max 0, returns 1 if some block is due, 0
+ * if none is.
  */
 int
 pgq_block_due(const PgqGroupRef *group, TimestampTz now, int max,

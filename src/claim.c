@@ -307,7 +307,7 @@ group_exhausted(PgqGroup *group)
 
 	/*
 	 * The claimed count before the hint: a block given back stays counted
-	 * until the hint is lowered to it (see pgq_claimed_add()).
+	 * until the hint is lowered to it (invariant C1 in shmem.c).
 	 */
 	if (group->mode == PGQ_MODE_ADVISORY)
 		own = pgq_advisory_held_in_group(&group->ref);

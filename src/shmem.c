@@ -7,47 +7,13 @@
  * Nothing here is ever written to a table: a per-group counter row would
  * serialise every consumer, and a claim that scans the blocks index from its
  * head would walk the dead entries of every consumed block.  Instead each
- * group has an entry, keyed by (database, group id), holding
- *
- *	hint	no block with a smaller id is claimable, except blocks whose claim
- *			is later undone, or that are retried; the aborting claimer, or
- *			the retry's commit, lowers the hint again, once the block is
- *			visible as pending
- *	gen		changed by every lowering (to a value never used before), so that
- *			a claim which read the hint before a lowering never raises it
- *			past the returned block
- *	claimed	blocks claimed by transactions that have not ended yet, and
- *			dead-lettered blocks that they retried; a block given back (an
- *			abort, a retry's commit, an advisory release) leaves the count
- *			only after the hint was lowered to it, so that a claim that
- *			reads the count and then the hint, and finds no claim of
- *			others in flight, reads a hint at or below the block
- *	due_from  no lease runs out and no retry comes due before this time, as
- *			a look for due blocks found at due_checked; claims of lease and
- *			advisory groups do not look again until then, for at most
- *			PGQ_DUE_TRUST.  The commit of a lease claim lowers it, the
- *			commit of SQL that may have made one of the group's deadlines
- *			come sooner (release, fail, anyone's by hand; not extend)
- *			forgets it; due_gen keeps a look that raced
- *			with a forgetting from recording what it found, and a look
- *			that raced with lease commits records no later than the
- *			earliest of their leases (due_lowered).  One claim looks at a
- *			time (due_looking): the others go on without looking until it
- *			is done, for at most PGQ_DUE_TRUST, unless the deadlines were
- *			forgotten since it began (its snapshot may not show why).
- *	inflight_max  no block above it is claimed under a lease or waits for
- *			a retry (state 'c' or 'r'), once known: a look for due blocks
- *			walks the group's primary key only up to there, since no index
- *			is kept on the deadlines (claims would not be HOT updates).
- *			The commit of a lease claim raises it, and so does the commit
- *			of SQL that made such blocks (pgq.blocks_inflight(), a row
- *			trigger).  A new entry does not know it: the first look walks
- *			the whole group and sets it, unless the entry was made again
- *			meanwhile (inflight_gen).  It is known only as long as the
- *			trigger that was in place when it was learned (inflight_epoch,
- *			0: not known) is: SQL run while the trigger was missing or
- *			disabled (a database at 0.1, before ALTER EXTENSION UPDATE)
- *			raised nothing, and the next look learns the bound again.
+ * group has an entry, keyed by (database, group id): the claim hint, the
+ * count of blocks held by open transactions, what the last look for due
+ * blocks found, and how far such looks must walk.  What each field promises
+ * is listed once, as invariants, above struct PgqGroupEntry below; the
+ * functions that read or write a field name the invariants they rely on or
+ * keep.  Each field was measured against a build without it (bench/ab; see
+ * bench/README.md).
  *
  * The hash table holds at most pgq.max_groups entries.  When it is full, the
  * entry of a group without claims in flight makes room; when every entry has
@@ -83,7 +49,7 @@
 #include "privilege.h"
 #include "shmem.h"
 
-#define PGQ_SHMEM_VERSION	4
+#define PGQ_SHMEM_VERSION	5
 
 typedef struct PgqGroupKey
 {
@@ -91,26 +57,92 @@ typedef struct PgqGroupKey
 	int64		group_id;
 } PgqGroupKey;
 
+/*
+ * A group's entry.  The invariants below hold whenever the entry's mutex is
+ * free.  One rule covers them all: a field that describes the group's rows
+ * changes only once the change it describes is visible, at or after the
+ * commit that made it (xact.c's callbacks), with two exceptions that only
+ * make claims look more: the hint may be lowered and "claimed" raised at
+ * any time.  "Unique" generations come from gen_seed, so that no entry ever
+ * reuses one, not even an entry made again after an eviction.
+ *
+ * The claim hint: where claims of pending blocks start.
+ *	H1	No block with an id below "hint" is claimable, except blocks that an
+ *		open transaction holds (it lowers the hint when it gives one back:
+ *		an abort, an advisory release, a retry's commit) and blocks let go
+ *		without pgq knowing (a row lock or an advisory lock taken or dropped
+ *		by hand), which only full scans find (F1).
+ *	H2	Every lowering sets "gen" to a new unique value.  A claim raises the
+ *		hint, past blocks its scan found consumed or held, only if "gen" is
+ *		still the one it read before the scan.
+ *	Worth 25-30% of lease and advisory claims, 8% of transaction-mode ones,
+ *	and the dead index entries of every consumed block (sql/hint.sql).
+ *
+ * Blocks held by open transactions.
+ *	C1	"claimed" is at least the number of the group's blocks that open
+ *		transactions hold: claimed in transaction mode, leases and retries
+ *		not committed yet, advisory locks.  A block given back leaves the
+ *		count only after the hint was lowered to it: a claim that reads
+ *		"claimed" and then the hint, and finds no claims but its own, reads
+ *		a hint at or below every claimable block.
+ *	It is group_stats.claimed, and tells waiting claims that a group is
+ *	exhausted (no block can come back) and full scans when they may run.
+ *
+ * Full scans below the hint.
+ *	F1	A claim that came up short scans the group from its start when no
+ *		other transaction holds blocks of it, and otherwise at most once a
+ *		second ("last_full_scan"), so that consumers polling the end of a
+ *		group do not each walk its dead entries.
+ *
+ * Due blocks: leases that ran out, retries that came due.  No index is kept
+ * on the deadlines (claims would not be HOT updates); looks walk the
+ * group's primary key instead (blockscan.c).
+ *	D1	If "due_checked" is not 0, no lease of the group ends and no retry
+ *		comes due before "due_from": so found a look that began at
+ *		"due_checked", trusted for PGQ_DUE_TRUST after it.  Every commit that
+ *		may bring a deadline sooner keeps this true: a lease claim's lowers
+ *		"due_from" to its lease's end (pgq_due_lower()); any other (release,
+ *		fail, SQL by hand) forgets: "due_checked" 0, a new unique "due_gen",
+ *		"due_looking" 0 (pgq_due_forget()).
+ *	D2	A look records what it found only if "due_gen" has not changed
+ *		since it began: its snapshot may predate the change that forgot.
+ *	D3	"due_lowered" is the earliest lease end committed since the last
+ *		record; a record sets "due_from" no later than that, since the
+ *		look's snapshot may not show those leases.
+ *	D4	While "due_looking" is not 0, and for at most PGQ_DUE_TRUST, one
+ *		claim is looking (the one that began at that time), and the others
+ *		go on without looking.
+ *	Worth 27% of single lease claims and 40% of batches of 100.
+ *
+ * How far a look for due blocks walks.
+ *	B1	If "inflight_epoch" is the epoch of the trigger in place
+ *		(pgq_block_inflight_epoch(); 0: not known), no committed row version
+ *		of a block above "inflight_max" is claimed under a lease or waits for
+ *		a retry (state 'c' or 'r').  The commits that make such blocks raise
+ *		it: lease claims (xact.c) and SQL (the trigger pgq.blocks_inflight).
+ *		SQL run while the trigger was missing or disabled raised nothing:
+ *		the epoch then differs, and the next look walks the whole group.
+ *	B2	"inflight_gen" is unique to each making of the entry: a walk of the
+ *		whole group learns the bound only into the entry it began with.
+ */
 typedef struct PgqGroupEntry
 {
 	PgqGroupKey key;			/* hash key: must be first */
 	TimestampTz created_at;		/* which incarnation of the group id */
 	Oid			role;			/* charged with the entry; fixed */
 	slock_t		mutex;			/* protects the fields below */
-	int64		hint;
-	uint64		gen;
-	int64		claimed;
-	TimestampTz last_full_scan; /* see pgq_full_scan_due() */
-	TimestampTz due_from;
-	TimestampTz due_checked;	/* 0: due_from is not known */
-	uint64		due_gen;
-	TimestampTz due_lowered;	/* the earliest lease committed since the
-								 * last look recorded what it found */
-	TimestampTz due_looking;	/* when the look under way began; 0: none */
-	uint64		due_looking_gen;	/* due_gen when it began */
-	int64		inflight_max;
-	uint64		inflight_epoch; /* see pgq_inflight_bound(); 0: unknown */
-	uint64		inflight_gen;
+	int64		hint;			/* H1 */
+	uint64		gen;			/* H2 */
+	int64		claimed;		/* C1 */
+	TimestampTz last_full_scan; /* F1 */
+	TimestampTz due_from;		/* D1 */
+	TimestampTz due_checked;	/* D1 */
+	uint64		due_gen;		/* D1, D2 */
+	TimestampTz due_lowered;	/* D3 */
+	TimestampTz due_looking;	/* D4 */
+	int64		inflight_max;	/* B1 */
+	uint64		inflight_epoch; /* B1 */
+	uint64		inflight_gen;	/* B2 */
 } PgqGroupEntry;
 
 /*
@@ -301,6 +333,7 @@ make_key(PgqGroupKey *key, Oid dbid, int64 group_id)
  * Dynahash would otherwise take the room from the shared memory slack that
  * the lock table needs.  With a valid "role", only an entry charged to that
  * role.  Called with the table lock held exclusively.
+ * (Keeps B1 and B2: the entry goes whole.)
  */
 static bool
 evict_idle_entry(Oid role)
@@ -427,6 +460,7 @@ entry_lock(const PgqGroupRef *group, bool create)
 /*
  * Where a claim should start scanning, and the generation to hand back to
  * pgq_hint_advance().  Returns false (hint 0) when no hint is kept.
+ * (Relies on H1 and H2.)
  */
 bool
 pgq_hint_get(const PgqGroupRef *group, int64 *hint, uint64 *gen)
@@ -449,6 +483,7 @@ pgq_hint_get(const PgqGroupRef *group, int64 *hint, uint64 *gen)
  * A claim that started from the hint of generation "gen" found every block
  * below "next" consumed or held.  Move the hint up, unless some claim was
  * undone since: its block may lie below "next".
+ * (Keeps H2.)
  */
 void
 pgq_hint_advance(const PgqGroupRef *group, uint64 gen, int64 next)
@@ -470,6 +505,7 @@ pgq_hint_advance(const PgqGroupRef *group, uint64 gen, int64 next)
  * it.  Call it once the block is visible as claimable: a claim that reads
  * the new generation before then may move the hint past the block again.
  * Safe in transaction callbacks: it allocates nothing and cannot fail.
+ * (Keeps H1 and H2.)
  */
 void
 pgq_hint_lower(const PgqGroupRef *group, int64 block_id)
@@ -491,6 +527,7 @@ pgq_hint_lower(const PgqGroupRef *group, int64 block_id)
  * last look found nothing due before a later time, or since another claim
  * is looking?  If not, the caller is now the one looking, and *gen gets the
  * generation to hand to pgq_due_found() after the look.
+ * (Relies on D1; keeps D4.)
  */
 bool
 pgq_due_none(const PgqGroupRef *group, TimestampTz now, uint64 *gen)
@@ -505,14 +542,10 @@ pgq_due_none(const PgqGroupRef *group, TimestampTz now, uint64 *gen)
 	none = entry->due_checked != 0 && now < entry->due_from &&
 		now >= entry->due_checked && now - entry->due_checked < PGQ_DUE_TRUST;
 	if (!none && entry->due_looking != 0 && now >= entry->due_looking &&
-		now - entry->due_looking < PGQ_DUE_TRUST &&
-		entry->due_looking_gen == entry->due_gen)
+		now - entry->due_looking < PGQ_DUE_TRUST)
 		none = true;
 	else if (!none)
-	{
 		entry->due_looking = now;
-		entry->due_looking_gen = entry->due_gen;
-	}
 	*gen = entry->due_gen;
 	SpinLockRelease(&entry->mutex);
 	LWLockRelease(pgq_state->lock);
@@ -528,6 +561,7 @@ pgq_due_none(const PgqGroupRef *group, TimestampTz now, uint64 *gen)
  * first.  (A look that began before another one recorded, and recorded
  * after it, may miss a lease committed between the two records: that lease
  * is seen once the record is PGQ_DUE_TRUST old.)
+ * (Keeps D1 through D4.)
  */
 void
 pgq_due_found(const PgqGroupRef *group, uint64 gen, TimestampTz now,
@@ -554,6 +588,7 @@ pgq_due_found(const PgqGroupRef *group, uint64 gen, TimestampTz now,
  * Before what time did the last look for due blocks find nothing due, as
  * lowered by the lease commits since?  0 if no look recorded anything since
  * the deadlines were last forgotten.  However old the look.
+ * (Relies on D1, without its time limit.)
  */
 TimestampTz
 pgq_due_recorded(const PgqGroupRef *group)
@@ -575,6 +610,7 @@ pgq_due_recorded(const PgqGroupRef *group)
  * The look for due blocks that began at "now" ended with an error: let other
  * claims look.  Safe in transaction callbacks: it allocates nothing and
  * cannot fail.
+ * (Keeps D4.)
  */
 void
 pgq_due_look_abandoned(const PgqGroupRef *group, TimestampTz now)
@@ -596,6 +632,7 @@ pgq_due_look_abandoned(const PgqGroupRef *group, TimestampTz now)
  * snapshot may not show these leases, records no later time (see
  * pgq_due_found()).  Safe in transaction callbacks: it allocates nothing and
  * cannot fail.
+ * (Keeps D1 and D3.)
  */
 void
 pgq_due_lower(const PgqGroupRef *group, TimestampTz until)
@@ -618,6 +655,7 @@ pgq_due_lower(const PgqGroupRef *group, TimestampTz until)
  * dbid, of any incarnation) come sooner committed: the group's next claims
  * look for due blocks.  Safe in transaction callbacks: it allocates nothing
  * and cannot fail.
+ * (Keeps D1, D2 and D4.)
  */
 void
 pgq_due_forget(Oid dbid, int64 group_id)
@@ -635,6 +673,7 @@ pgq_due_forget(Oid dbid, int64 group_id)
 		SpinLockAcquire(&entry->mutex);
 		entry->due_checked = 0;
 		entry->due_gen = pg_atomic_fetch_add_u64(&pgq_state->gen_seed, 1);
+		entry->due_looking = 0;
 		SpinLockRelease(&entry->mutex);
 	}
 	LWLockRelease(pgq_state->lock);
@@ -662,6 +701,7 @@ pgq_group_has_entry(const PgqGroupRef *group)
  * the higher of the two.  "epoch" names the version of the trigger that
  * keeps the bound now (not 0): a bound learned under another one is not
  * known.
+ * (Relies on B1 and B2.)
  */
 bool
 pgq_inflight_bound(const PgqGroupRef *group, uint64 epoch, int64 *bound,
@@ -692,6 +732,7 @@ pgq_inflight_bound(const PgqGroupRef *group, uint64 epoch, int64 *bound,
  * trigger does, and the bound stays unknown).  Its blocks are written
  * pending, by this transaction or a materializer; claims raise the bound as
  * usual.
+ * (Keeps B1.)
  */
 void
 pgq_inflight_none(const PgqGroupRef *group, uint64 epoch)
@@ -714,6 +755,7 @@ pgq_inflight_none(const PgqGroupRef *group, uint64 epoch)
  * pgq_inflight_bound() before it began, found no block above "highest"
  * claimed under a lease or waiting for a retry: from now on the bound is
  * known, for as long as the trigger of epoch "epoch" keeps it.
+ * (Keeps B1 and B2.)
  */
 void
 pgq_inflight_found(const PgqGroupRef *group, uint64 gen, int64 highest,
@@ -740,6 +782,7 @@ pgq_inflight_found(const PgqGroupRef *group, uint64 gen, int64 highest,
  * entry there is nothing to raise: an entry made from now on does not know
  * the bound, and the walk that learns it sees the block.  Safe in
  * transaction callbacks: it allocates nothing and cannot fail.
+ * (Keeps B1.)
  */
 void
 pgq_inflight_raise(Oid dbid, int64 group_id, int64 block_id)
@@ -792,6 +835,7 @@ uncounted_add(int64 delta)
  * taken out of the count after pgq_hint_lower() (see "claimed" above).
  * Safe in transaction callbacks when delta < 0: it allocates nothing and
  * cannot fail.
+ * (Keeps C1.)
  */
 int64
 pgq_claimed_add(const PgqGroupRef *group, int64 delta)
@@ -826,6 +870,7 @@ pgq_claimed_add(const PgqGroupRef *group, int64 delta)
  * Blocks of the group held by open transactions.  False when that is not
  * known: pgq is not preloaded, or the table overflowed and this group may be
  * one that got no entry.
+ * (Relies on C1.)
  */
 bool
 pgq_claimed_get(const PgqGroupRef *group, int64 *claimed)
@@ -996,6 +1041,7 @@ pgq_materialization_give(Oid role)
  * end of a group do not each walk its dead entries.  own < 0 means that the
  * claimed count does not cover the mode's claims (lease mode: committed
  * leases are rows): then only the rate applies.
+ * (Keeps F1.)
  */
 bool
 pgq_full_scan_due(const PgqGroupRef *group, int64 own)
@@ -1021,6 +1067,7 @@ pgq_full_scan_due(const PgqGroupRef *group, int64 own)
 
 /*
  * Are all claims in flight on the group "own" ones (or is that unknown)?
+ * (Relies on C1.)
  */
 bool
 pgq_no_claims_by_others(const PgqGroupRef *group, int64 own)

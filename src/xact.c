@@ -205,7 +205,7 @@ pgq_xact_remember_lease(const PgqGroupRef *group, const ClaimedBlock *blocks,
  * hint past it again).  Until the transaction ends the block counts as
  * claimed, so that waiting claims do not take the group for exhausted while
  * the retry may still make a block claimable, nor before the hint is
- * lowered (see pgq_claimed_add()).
+ * lowered (invariant C1 in shmem.c).
  */
 void
 pgq_xact_remember_retry(const PgqGroupRef *group, int64 block_id)
@@ -565,13 +565,13 @@ settle_claims(int first, bool undone)
 			pgq_hint_lower(group, retried);
 		if (!undone && until != DT_NOEND)
 		{
-			/* now that the leases are visible: see pgq_inflight_bound() */
+			/* now that the leases are visible: invariant B1 in shmem.c */
 			pgq_inflight_raise(group->dbid, group->group_id, leased);
 			pgq_due_lower(group, until);
 		}
 
 		/*
-		 * Only now, after the hint: see pgq_claimed_add().  A commit that
+		 * Only now, after the hint: invariant C1 in shmem.c.  A commit that
 		 * leaves no claim in flight may have left the group unable to yield
 		 * another block: waiters must learn that too.
 		 */
