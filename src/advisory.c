@@ -49,6 +49,7 @@
 #include "advisory.h"
 #include "blockscan.h"
 #include "claim.h"
+#include "due.h"
 #include "group.h"
 #include "privilege.h"
 #include "shmem.h"

@@ -42,16 +42,9 @@ typedef struct PgqBlockScan
 	TupleTableSlot *slot;		/* the current row */
 } PgqBlockScan;
 
-/* A block whose lease ran out or whose retry came due. */
-typedef struct PgqDueBlock
-{
-	int64		block_id;
-	ItemPointerData tid;		/* the row version the walk saw */
-	TimestampTz due;
-} PgqDueBlock;
-
 extern Relation pgq_open_rel(const char *name, LOCKMODE lockmode);
 extern Oid	pgq_rel_oid(const char *name);
+extern uint64 pgq_rels_generation(void);
 extern ResultRelInfo *pgq_result_rel(EState *estate, Relation rel);
 extern void pgq_block_scan_open(PgqBlockScan *scan, const char *index_name,
 								LOCKMODE lockmode);
@@ -64,11 +57,6 @@ extern void pgq_block_scan_claim_pass(PgqBlockScan *scan, int64 group_id,
 extern void pgq_block_key(ScanKey keys, int64 group_id, int64 block_id);
 extern Datum pgq_block_attr(PgqBlockScan *scan, AttrNumber attnum,
 							bool *isnull);
-extern int	pgq_block_due(const PgqGroupRef *group, TimestampTz now, int max,
-						  PgqDueBlock **due);
-extern bool pgq_block_any_deadline(const PgqGroupRef *group);
-extern void pgq_block_due_abort(void);
-extern uint64 pgq_block_inflight_epoch(void);
 extern bool pgq_block_group_id(int64 block_id, int64 *group_id);
 extern bool pgq_block_delete(int64 group_id, int64 block_id,
 							 const int32 *attempt);

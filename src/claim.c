@@ -33,6 +33,7 @@
 #include "block.h"
 #include "blockscan.h"
 #include "claim.h"
+#include "due.h"
 #include "group.h"
 #include "lease.h"
 #include "privilege.h"

@@ -43,6 +43,7 @@
 
 #include "pgq.h"
 #include "blockscan.h"
+#include "due.h"
 #include "group.h"
 #include "lease.h"
 #include "materialize.h"

@@ -47,7 +47,6 @@
 #include "pgq.h"
 #include "blockscan.h"
 #include "iteminsert.h"
-#include "lease.h"
 
 /* columns of pgq.items (see pgq--0.1.sql) */
 #define Anum_items_group_id		1
@@ -86,16 +85,17 @@ struct PgqItemInserter
 	List	   *arbiters;		/* items_key_idx */
 	bool		look_first;		/* always look for the key first */
 	Oid			seqid;			/* pgq.block_id_seq */
-	int32		epoch;			/* see pgq_lease_epoch(); 0.2 only */
+	int32		epoch;			/* recorded in each item; 0.2 only */
 	bool		inserted;		/* a row went in */
 };
 
 /*
- * Open pgq.items for inserts.  A read-only transaction may not, as it may
- * not run an INSERT.
+ * Open pgq.items for inserts of items made in lease epoch "epoch" (see
+ * lease.c; ignored in a database still at 0.1).  A read-only transaction may
+ * not, as it may not run an INSERT.
  */
 PgqItemInserter *
-pgq_item_inserter_begin(void)
+pgq_item_inserter_begin(int32 epoch)
 {
 	PgqItemInserter *ins = palloc0(sizeof(PgqItemInserter));
 	Oid			key_index;
@@ -111,8 +111,7 @@ pgq_item_inserter_begin(void)
 		elog(ERROR, "pgq.items has %d columns, expected %d",
 			 RelationGetDescr(ins->rel)->natts, Natts_items);
 	ins->seqid = pgq_rel_oid("block_id_seq");
-	if (RelationGetDescr(ins->rel)->natts >= Anum_items_epoch)
-		ins->epoch = pgq_lease_epoch();
+	ins->epoch = epoch;
 	key_index = pgq_rel_oid("items_key_idx");
 	ins->estate = CreateExecutorState();
 	ins->rri = pgq_result_rel(ins->estate, ins->rel);

@@ -29,7 +29,7 @@ typedef struct PgqNewItem
 
 typedef struct PgqItemInserter PgqItemInserter;
 
-extern PgqItemInserter *pgq_item_inserter_begin(void);
+extern PgqItemInserter *pgq_item_inserter_begin(int32 epoch);
 extern int64 pgq_item_insert(PgqItemInserter *ins, const PgqNewItem *item);
 extern void pgq_item_inserter_end(PgqItemInserter *ins);
 

@@ -51,6 +51,7 @@
 #include "pgq.h"
 #include "blockscan.h"
 #include "claim.h"
+#include "due.h"
 #include "lease.h"
 #include "shmem.h"
 #include "wait.h"

@@ -436,7 +436,7 @@ pgq_enqueue(PG_FUNCTION_ARGS)
 	item.no_data = PG_ARGISNULL(5);
 	pgq_check_item_size(&item);
 	pgq_check_queue_room(&group, 1);
-	ins = pgq_item_inserter_begin();
+	ins = pgq_item_inserter_begin(items_fenced() ? pgq_lease_epoch() : 0);
 	id = enqueue_one(ins, &group, &item, &added);
 	pgq_item_inserter_end(ins);
 	if (added && !item.has_due_at)
@@ -541,7 +541,7 @@ pgq_enqueue_many(PG_FUNCTION_ARGS)
 	new_item(&item, &group, priority, !PG_ARGISNULL(4),
 			 PG_ARGISNULL(4) ? 0 : PG_GETARG_TIMESTAMPTZ(4));
 	pgq_check_queue_room(&group, n);
-	ins = pgq_item_inserter_begin();
+	ins = pgq_item_inserter_begin(items_fenced() ? pgq_lease_epoch() : 0);
 	for (int i = 0; i < n; i++)
 	{
 		bool		added;

@@ -52,7 +52,7 @@
 
 #include "pgq.h"
 #include "advisory.h"
-#include "blockscan.h"
+#include "due.h"
 #include "group.h"
 #include "materialize.h"
 #include "shmem.h"

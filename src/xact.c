@@ -44,6 +44,7 @@
 #include "advisory.h"
 #include "blockscan.h"
 #include "claim.h"
+#include "due.h"
 #include "lease.h"
 #include "shmem.h"
 #include "wait.h"
