@@ -524,7 +524,7 @@ pgq_advisory_check_worker_held(int64 worker_id)
  */
 static bool
 verify_locked(const PgqGroup *group, int64 block_id, PgqBlockScan *found,
-			  ClaimedBlock *block, MemoryContext cxt)
+			  PgqClaimed *block, MemoryContext cxt)
 {
 	PgqBlockScan scan;
 	PgqBlockScan *row = found;
@@ -564,8 +564,8 @@ verify_locked(const PgqGroup *group, int64 block_id, PgqBlockScan *found,
 	{
 		MemoryContext oldcxt = MemoryContextSwitchTo(cxt);
 
-		memset(block, 0, sizeof(ClaimedBlock));
-		block->block_id = block_id;
+		memset(block, 0, sizeof(PgqClaimed));
+		block->id = block_id;
 		block->ids = PointerGetDatum(PG_DETOAST_DATUM_COPY(pgq_block_attr(row, Anum_blocks_ids, &isnull)));
 		block->attempt = DatumGetInt32(pgq_block_attr(row,
 													  Anum_blocks_attempt,
@@ -586,7 +586,7 @@ verify_locked(const PgqGroup *group, int64 block_id, PgqBlockScan *found,
  */
 static bool
 take_block(const PgqGroup *group, int64 block_id, PgqBlockScan *found,
-		   ClaimedBlock *block, MemoryContext cxt)
+		   PgqClaimed *block, MemoryContext cxt)
 {
 	if (!try_lock(block_id, PGQ_LOCK_BLOCK))
 	{
@@ -661,7 +661,7 @@ may_lock_more(int taken)
  */
 static int
 lock_candidates(const PgqGroup *group, PgqBlockScan *scan, int limit,
-				int taken, ClaimedBlock *blocks, MemoryContext cxt,
+				int taken, PgqClaimed *blocks, MemoryContext cxt,
 				int64 *last, bool *stop)
 {
 	int			n = 0;
@@ -699,7 +699,7 @@ lock_candidates(const PgqGroup *group, PgqBlockScan *scan, int limit,
  */
 static int
 lock_pending(const PgqGroup *group, int64 from, int limit, int taken,
-			 ClaimedBlock *blocks, MemoryContext cxt, int64 *last)
+			 PgqClaimed *blocks, MemoryContext cxt, int64 *last)
 {
 	PgqBlockScan scan;
 	int			n = 0;
@@ -726,7 +726,7 @@ lock_pending(const PgqGroup *group, int64 from, int limit, int taken,
  * group's waiting claims.
  */
 static int
-lock_due(const PgqGroup *group, int limit, ClaimedBlock *blocks,
+lock_due(const PgqGroup *group, int limit, PgqClaimed *blocks,
 		 MemoryContext cxt)
 {
 	PgqDueBlock *due;
@@ -777,7 +777,7 @@ pgq_advisory_held_in_group(const PgqGroupRef *group)
  */
 int
 pgq_advisory_claim(const PgqGroup *group, int max_blocks,
-				   ClaimedBlock *blocks, MemoryContext cxt)
+				   PgqClaimed *blocks, MemoryContext cxt)
 {
 	int64		hint;
 	uint64		gen;
@@ -802,13 +802,13 @@ pgq_advisory_claim(const PgqGroup *group, int max_blocks,
 
 			if (below > 0)
 			{
-				qsort(blocks + n, below, sizeof(ClaimedBlock), pgq_compare_claimed);
-				pgq_hint_lower(&group->ref, blocks[n].block_id);
+				qsort(blocks + n, below, sizeof(PgqClaimed), pgq_compare_claimed);
+				pgq_hint_lower(&group->ref, blocks[n].id);
 			}
 			n += below;
 		}
 	}
-	qsort(blocks, n, sizeof(ClaimedBlock), pgq_compare_claimed);
+	qsort(blocks, n, sizeof(PgqClaimed), pgq_compare_claimed);
 	return n;
 }
 
@@ -1260,7 +1260,7 @@ pgq_relock(PG_FUNCTION_ARGS)
 	{
 		int64		block_id;
 		PgqGroup	group;
-		ClaimedBlock block;
+		PgqClaimed block;
 
 		CHECK_FOR_INTERRUPTS();
 		if (elemnulls[i])

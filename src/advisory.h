@@ -17,7 +17,7 @@
 extern void pgq_advisory_init(void);
 extern void pgq_advisory_check_worker_held(int64 worker_id);
 extern int	pgq_advisory_claim(const PgqGroup *group, int max_blocks,
-							   ClaimedBlock *blocks, MemoryContext cxt);
+							   PgqClaimed *blocks, MemoryContext cxt);
 extern bool pgq_advisory_complete(const PgqGroup *group, int64 block_id);
 extern bool pgq_advisory_release(const PgqGroup *group, int64 block_id);
 extern bool pgq_advisory_fail(const PgqGroup *group, int64 block_id,

@@ -77,8 +77,8 @@ pgq_check_claim_context(PgqMode mode)
 int
 pgq_compare_claimed(const void *a, const void *b)
 {
-	int64		x = ((const ClaimedBlock *) a)->block_id;
-	int64		y = ((const ClaimedBlock *) b)->block_id;
+	int64		x = ((const PgqClaimed *) a)->id;
+	int64		y = ((const PgqClaimed *) b)->id;
 
 	return (x > y) - (x < y);
 }
@@ -99,11 +99,11 @@ pgq_compare_claimed(const void *a, const void *b)
  */
 static int
 lock_and_delete(const PgqGroupRef *group, int64 from, int limit,
-				ClaimedBlock *blocks, int *nblocks, MemoryContext resultcxt)
+				PgqClaimed *blocks, int *nblocks, MemoryContext resultcxt)
 {
 	PgqBlockScan scan;
 	CommandId	cid = GetCurrentCommandId(true);
-	ClaimedBlock *added = blocks + *nblocks;
+	PgqClaimed *added = blocks + *nblocks;
 	int			found = 0;
 
 	pgq_block_scan_open(&scan, "blocks_pkey", RowExclusiveLock);
@@ -123,7 +123,7 @@ lock_and_delete(const PgqGroupRef *group, int64 from, int limit,
 				continue;		/* claimed by another, or consumed */
 
 			/* the slot still holds the version this transaction deleted */
-			added[found].block_id =
+			added[found].id =
 				DatumGetInt64(pgq_block_attr(&scan, Anum_blocks_block_id,
 											 &isnull));
 			ids = pgq_block_attr(&scan, Anum_blocks_ids, &isnull);
@@ -157,7 +157,7 @@ lock_and_delete(const PgqGroupRef *group, int64 from, int limit,
  */
 static int
 transaction_claim(const PgqGroupRef *group, int max_blocks,
-				  ClaimedBlock *blocks, MemoryContext resultcxt)
+				  PgqClaimed *blocks, MemoryContext resultcxt)
 {
 	int64		hint;
 	uint64		gen;
@@ -170,7 +170,7 @@ transaction_claim(const PgqGroupRef *group, int max_blocks,
 							resultcxt);
 	/* everything below the last block claimed is consumed or held */
 	if (first > 0)
-		pgq_hint_advance(group, gen, blocks[first - 1].block_id + 1);
+		pgq_hint_advance(group, gen, blocks[first - 1].id + 1);
 
 	if (nblocks < max_blocks && hint > 0 &&
 		pgq_full_scan_due(group, pgq_xact_own_in_flight(group->group_id)) &&
@@ -178,8 +178,8 @@ transaction_claim(const PgqGroupRef *group, int max_blocks,
 						resultcxt) > 0)
 	{
 		/* blocks were stranded below the hint: start there next time */
-		pgq_hint_lower(group, blocks[first].block_id);
-		qsort(blocks, nblocks, sizeof(ClaimedBlock), pgq_compare_claimed);
+		pgq_hint_lower(group, blocks[first].id);
+		qsort(blocks, nblocks, sizeof(PgqClaimed), pgq_compare_claimed);
 	}
 	return nblocks;
 }
@@ -352,7 +352,7 @@ pgq_claim_changed_more(void)
 
 /* One attempt to claim up to max_blocks blocks or items of the group. */
 static int
-claim_attempt(PgqGroup *group, int max_blocks, ClaimedBlock *blocks,
+claim_attempt(PgqGroup *group, int max_blocks, PgqClaimed *blocks,
 			  MemoryContext resultcxt)
 {
 	/* a paused group hands out nothing; a waiting claim waits on */
@@ -390,7 +390,7 @@ claim_attempt(PgqGroup *group, int max_blocks, ClaimedBlock *blocks,
  * caller's exception handler rolls back, instead of the handler's own.
  */
 static int
-claim_attempt_apart(PgqGroup *group, int max_blocks, ClaimedBlock *blocks,
+claim_attempt_apart(PgqGroup *group, int max_blocks, PgqClaimed *blocks,
 					MemoryContext resultcxt)
 {
 	MemoryContext oldcxt = CurrentMemoryContext;
@@ -474,7 +474,7 @@ pgq_claim(PG_FUNCTION_ARGS)
 	text	   *name;
 	int32		max_blocks;
 	PgqGroup	group;
-	ClaimedBlock *blocks;
+	PgqClaimed *blocks;
 	int			nblocks = 0;
 	TimestampTz deadline = 0;
 	PgqScope	scope;
@@ -504,7 +504,7 @@ pgq_claim(PG_FUNCTION_ARGS)
 
 	InitMaterializedSRF(fcinfo, 0);
 	resultcxt = rsinfo->econtext->ecxt_per_query_memory;
-	blocks = MemoryContextAllocZero(resultcxt, max_blocks * sizeof(ClaimedBlock));
+	blocks = MemoryContextAllocZero(resultcxt, max_blocks * sizeof(PgqClaimed));
 
 	pgq_enter(&scope);
 	SPI_connect();
@@ -595,7 +595,7 @@ pgq_claim(PG_FUNCTION_ARGS)
 		Datum		values[6];
 		bool		nulls[6];
 
-		values[0] = Int64GetDatum(blocks[i].block_id);
+		values[0] = Int64GetDatum(blocks[i].id);
 		values[1] = Int32GetDatum(blocks[i].attempt);
 		values[2] = blocks[i].ids;
 		values[3] = blocks[i].payload;

@@ -13,17 +13,20 @@
 
 #include "pgq.h"
 
-/* A claimed block or item, as pgq.claim() returns it. */
-typedef struct ClaimedBlock
+/*
+ * A claimed block or item, as pgq.claim() returns it (its first column is
+ * named block_id for both).
+ */
+typedef struct PgqClaimed
 {
-	int64		block_id;
+	int64		id;				/* the block's id, or the item's */
 	int32		attempt;
 	Datum		ids;			/* bigint[]; (Datum) 0 for an item */
 	Datum		payload;		/* items: jsonb, or (Datum) 0 for NULL */
 	Datum		data;			/* items: bytea, or (Datum) 0 for NULL */
 	Datum		key;			/* items: text, or (Datum) 0 for NULL */
 	int32		priority;		/* items: the claim order */
-} ClaimedBlock;
+} PgqClaimed;
 
 extern bool pgq_claim_hint(const PgqGroupRef *group, int64 *hint,
 						   uint64 *gen);

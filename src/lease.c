@@ -788,7 +788,7 @@ writer_update(BlockWriter *w, char state, int32 attempt, bool claim,
  * attempt number, and hand it to the caller.
  */
 static void
-writer_claim(BlockWriter *w, TimestampTz until, ClaimedBlock *block,
+writer_claim(BlockWriter *w, TimestampTz until, PgqClaimed *block,
 			 MemoryContext cxt)
 {
 	TupleTableSlot *old = w->scan.slot;
@@ -814,8 +814,8 @@ writer_claim(BlockWriter *w, TimestampTz until, ClaimedBlock *block,
 
 	oldcxt = MemoryContextSwitchTo(cxt);
 
-	memset(block, 0, sizeof(ClaimedBlock));
-	block->block_id = DatumGetInt64(old->tts_values[Anum_blocks_block_id - 1]);
+	memset(block, 0, sizeof(PgqClaimed));
+	block->id = DatumGetInt64(old->tts_values[Anum_blocks_block_id - 1]);
 	block->ids = PointerGetDatum(PG_DETOAST_DATUM_COPY(old->tts_values[Anum_blocks_ids - 1]));
 	block->attempt = attempt;
 	MemoryContextSwitchTo(oldcxt);
@@ -832,7 +832,7 @@ writer_claim(BlockWriter *w, TimestampTz until, ClaimedBlock *block,
  */
 static int
 claim_due(const PgqGroup *group, int limit, TimestampTz now,
-		  TimestampTz until, ClaimedBlock *blocks, MemoryContext cxt)
+		  TimestampTz until, PgqClaimed *blocks, MemoryContext cxt)
 {
 	int			n = 0;
 
@@ -914,7 +914,7 @@ claim_due(const PgqGroup *group, int limit, TimestampTz now,
  */
 static int
 claim_pending(const PgqGroup *group, int64 from, int limit,
-			  TimestampTz until, ClaimedBlock *blocks, MemoryContext cxt)
+			  TimestampTz until, PgqClaimed *blocks, MemoryContext cxt)
 {
 	BlockWriter w;
 	int			n = 0;
@@ -949,7 +949,7 @@ claim_pending(const PgqGroup *group, int64 from, int limit,
  * under a new attempt number.
  */
 int
-pgq_lease_claim(const PgqGroup *group, int max_blocks, ClaimedBlock *blocks,
+pgq_lease_claim(const PgqGroup *group, int max_blocks, PgqClaimed *blocks,
 				MemoryContext cxt)
 {
 	TimestampTz now = GetCurrentTimestamp();
@@ -975,7 +975,7 @@ pgq_lease_claim(const PgqGroup *group, int max_blocks, ClaimedBlock *blocks,
 		got = claim_pending(group, hint, max_blocks - n, until, blocks + n, cxt);
 		pgq_xact_remember_lease(&group->ref, blocks + n, got, until);
 		if (got > 0)
-			pgq_hint_advance(&group->ref, gen, blocks[n + got - 1].block_id + 1);
+			pgq_hint_advance(&group->ref, gen, blocks[n + got - 1].id + 1);
 		n += got;
 
 		/*
@@ -987,12 +987,12 @@ pgq_lease_claim(const PgqGroup *group, int max_blocks, ClaimedBlock *blocks,
 			got = claim_pending(group, 0, max_blocks - n, until, blocks + n, cxt);
 			pgq_xact_remember_lease(&group->ref, blocks + n, got, until);
 			if (got > 0)
-				pgq_hint_lower(&group->ref, blocks[n].block_id);
+				pgq_hint_lower(&group->ref, blocks[n].id);
 			n += got;
 		}
 	}
 	pgq_lease_claim_done();
-	qsort(blocks, n, sizeof(ClaimedBlock), pgq_compare_claimed);
+	qsort(blocks, n, sizeof(PgqClaimed), pgq_compare_claimed);
 	return n;
 }
 

@@ -16,7 +16,7 @@
 #include "claim.h"
 
 extern int	pgq_lease_claim(const PgqGroup *group, int max_blocks,
-							ClaimedBlock *blocks, MemoryContext cxt);
+							PgqClaimed *blocks, MemoryContext cxt);
 extern bool pgq_lease_complete(const PgqGroup *group, int64 block_id,
 							   int32 attempt);
 extern bool pgq_lease_release(const PgqGroup *group, int64 block_id,

@@ -648,12 +648,12 @@ promote_due(const PgqGroup *group, TimestampTz now, bool fenced)
 static int
 compare_items(const void *a, const void *b)
 {
-	const ClaimedBlock *x = (const ClaimedBlock *) a;
-	const ClaimedBlock *y = (const ClaimedBlock *) b;
+	const PgqClaimed *x = (const PgqClaimed *) a;
+	const PgqClaimed *y = (const PgqClaimed *) b;
 
 	if (x->priority != y->priority)
 		return (x->priority < y->priority) - (x->priority > y->priority);
-	return (x->block_id > y->block_id) - (x->block_id < y->block_id);
+	return (x->id > y->id) - (x->id < y->id);
 }
 
 /* A copy of a column of the current SPI row in the current context, or 0. */
@@ -674,7 +674,7 @@ copy_column(HeapTuple tuple, TupleDesc tupdesc, int col)
  * result, and make them the transaction's claims.  Returns how many.
  */
 static int
-items_from_spi(const PgqGroup *group, ClaimedBlock *items, MemoryContext cxt)
+items_from_spi(const PgqGroup *group, PgqClaimed *items, MemoryContext cxt)
 {
 	MemoryContext oldcxt = MemoryContextSwitchTo(cxt);
 	int			n = (int) SPI_processed;
@@ -685,7 +685,7 @@ items_from_spi(const PgqGroup *group, ClaimedBlock *items, MemoryContext cxt)
 		TupleDesc	tupdesc = SPI_tuptable->tupdesc;
 		bool		isnull;
 
-		items[i].block_id = DatumGetInt64(SPI_getbinval(tuple, tupdesc, 1, &isnull));
+		items[i].id = DatumGetInt64(SPI_getbinval(tuple, tupdesc, 1, &isnull));
 		items[i].attempt = DatumGetInt32(SPI_getbinval(tuple, tupdesc, 2, &isnull));
 		items[i].ids = (Datum) 0;
 		items[i].payload = copy_column(tuple, tupdesc, 3);
@@ -744,7 +744,7 @@ run_lease_claim(SPIPlanPtr plan, Datum *values, bool fenced)
  * oldest due first, ahead of pending ones.
  */
 int
-pgq_queue_claim(const PgqGroup *group, int max_items, ClaimedBlock *items,
+pgq_queue_claim(const PgqGroup *group, int max_items, PgqClaimed *items,
 				MemoryContext cxt)
 {
 	static SPIPlanPtr lease_plan = NULL;
@@ -841,7 +841,7 @@ pgq_queue_claim(const PgqGroup *group, int max_items, ClaimedBlock *items,
 			n += items_from_spi(group, items + n, cxt);
 		}
 	}
-	qsort(items, n, sizeof(ClaimedBlock), compare_items);
+	qsort(items, n, sizeof(PgqClaimed), compare_items);
 	return n;
 }
 

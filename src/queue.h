@@ -15,7 +15,7 @@
 #include "claim.h"
 
 extern int	pgq_queue_claim(const PgqGroup *group, int max_items,
-							ClaimedBlock *items, MemoryContext cxt);
+							PgqClaimed *items, MemoryContext cxt);
 extern bool pgq_queue_complete(const PgqGroup *group, int64 item_id,
 							   FunctionCallInfo fcinfo);
 extern bool pgq_queue_release(const PgqGroup *group, int64 item_id,

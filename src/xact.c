@@ -165,13 +165,13 @@ pgq_xact_reserve(int n)
  * neither, so the shared count always matches what ends will subtract.
  */
 void
-pgq_xact_remember(const PgqGroupRef *group, const ClaimedBlock *blocks, int n)
+pgq_xact_remember(const PgqGroupRef *group, const PgqClaimed *blocks, int n)
 {
 	if (n == 0)
 		return;
 	pgq_xact_reserve(n);
 	for (int i = 0; i < n; i++)
-		add_record(group, blocks[i].block_id, PGQ_REC_CLAIM);
+		add_record(group, blocks[i].id, PGQ_REC_CLAIM);
 	pgq_claimed_add(group, n);
 }
 
@@ -184,7 +184,7 @@ pgq_xact_remember(const PgqGroupRef *group, const ClaimedBlock *blocks, int n)
  * When it commits, claims learn when the leases end (pgq_due_lower()).
  */
 void
-pgq_xact_remember_lease(const PgqGroupRef *group, const ClaimedBlock *blocks,
+pgq_xact_remember_lease(const PgqGroupRef *group, const PgqClaimed *blocks,
 						int n, TimestampTz until)
 {
 	if (n == 0)
@@ -192,7 +192,7 @@ pgq_xact_remember_lease(const PgqGroupRef *group, const ClaimedBlock *blocks,
 	pgq_xact_reserve(n);
 	for (int i = 0; i < n; i++)
 	{
-		add_record(group, blocks[i].block_id, PGQ_REC_LEASE);
+		add_record(group, blocks[i].id, PGQ_REC_LEASE);
 		claims[nclaims - 1].until = until;
 	}
 	pgq_claimed_add(group, n);

@@ -17,9 +17,9 @@
 extern void pgq_xact_init(void);
 extern void pgq_xact_reserve(int n);
 extern void pgq_xact_remember(const PgqGroupRef *group,
-							  const ClaimedBlock *blocks, int n);
+							  const PgqClaimed *blocks, int n);
 extern void pgq_xact_remember_lease(const PgqGroupRef *group,
-									const ClaimedBlock *blocks, int n,
+									const PgqClaimed *blocks, int n,
 									TimestampTz until);
 extern bool pgq_xact_changed_deadlines(int64 group_id);
 extern int64 pgq_xact_inflight_highest(int64 group_id);
