@@ -63,6 +63,15 @@ BEGIN
     WHEN 'ag' THEN
         PERFORM pgq.drop_group('ag');
         PERFORM pgq.create_group('ag', ids, block_size => 1, mode => 'advisory');
+    WHEN 'lp' THEN
+        -- every block leased for an hour: the end of a group, where claims
+        -- find nothing while others hold the last blocks
+        PERFORM pgq.drop_group('lp');
+        PERFORM pgq.create_group('lp', ids, block_size => 1, mode => 'lease',
+                                 lease => '1 hour');
+        FOR i IN 1 .. (n + 9999) / 10000 LOOP
+            PERFORM count(*) FROM pgq.claim('lp', 10000);
+        END LOOP;
     END CASE;
 END $$;
 
