@@ -56,7 +56,8 @@ run_as_tester() {
 install_packages() {
 	local missing=()
 	for pkg in postgresql-15 postgresql-server-dev-15 libipc-run-perl \
-		python3-psycopg pgbouncer make gcc; do
+		python3-psycopg python3-asyncpg libpostgresql-jdbc-java \
+		default-jdk-headless pgbouncer make gcc; do
 		dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
 	done
 	if [ ${#missing[@]} -gt 0 ]; then
