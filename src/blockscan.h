@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * blockscan.h
- *	  Direct access to pgq.blocks: index scans, due blocks, deletes.
+ *	  Direct access to pgq.blocks: index scans, refetches, deletes.
  *
  * IDENTIFICATION
  *	  src/blockscan.h

@@ -166,6 +166,7 @@ transaction_claim(const PgqGroupRef *group, int max_blocks,
 
 	(void) pgq_claim_hint(group, &hint, &gen);
 
+	pgq_xact_claiming(group, hint);
 	first = lock_and_delete(group, hint, max_blocks, blocks, &nblocks,
 							resultcxt);
 	/* everything below the last block claimed is consumed or held */
@@ -173,14 +174,18 @@ transaction_claim(const PgqGroupRef *group, int max_blocks,
 		pgq_hint_advance(group, gen, blocks[first - 1].id + 1);
 
 	if (nblocks < max_blocks && hint > 0 &&
-		pgq_full_scan_due(group, pgq_xact_own_in_flight(group->group_id)) &&
-		lock_and_delete(group, 0, max_blocks - nblocks, blocks, &nblocks,
-						resultcxt) > 0)
+		pgq_full_scan_due(group, pgq_xact_own_in_flight(group->group_id)))
 	{
-		/* blocks were stranded below the hint: start there next time */
-		pgq_hint_lower(group, blocks[first].id);
-		qsort(blocks, nblocks, sizeof(PgqClaimed), pgq_compare_claimed);
+		pgq_xact_claiming(group, 0);
+		if (lock_and_delete(group, 0, max_blocks - nblocks, blocks, &nblocks,
+							resultcxt) > 0)
+		{
+			/* blocks were stranded below the hint: start there next time */
+			pgq_hint_lower(group, blocks[first].id);
+			qsort(blocks, nblocks, sizeof(PgqClaimed), pgq_compare_claimed);
+		}
 	}
+	pgq_xact_claiming_done();
 	return nblocks;
 }
 
@@ -279,6 +284,7 @@ group_exhausted(PgqGroup *group)
 	int64		hint;
 	uint64		gen;
 	int64		own = 0;
+	int64		claimed;
 	bool		others;
 	bool		isnull;
 	bool		exhausted;
@@ -314,7 +320,7 @@ group_exhausted(PgqGroup *group)
 		own = pgq_advisory_held_in_group(&group->ref);
 	else
 		own = pgq_xact_own_in_flight(group->ref.group_id);
-	others = !pgq_no_claims_by_others(&group->ref, own);
+	others = !pgq_claimed_get(&group->ref, &claimed) || claimed > own;
 	if (!pgq_claim_hint(&group->ref, &hint, &gen))
 		hint = 0;
 	if (hint > 0 && others)

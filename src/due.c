@@ -22,16 +22,14 @@
 #include "access/htup_details.h"
 #include "access/stratnum.h"
 #include "access/table.h"
-#include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_trigger.h"
 #include "commands/trigger.h"
 #include "lib/binaryheap.h"
-#include "miscadmin.h"
 #include "utils/fmgroids.h"
-#include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
+#include "utils/timestamp.h"
 
 #include "pgq.h"
 #include "blockscan.h"
@@ -340,6 +338,7 @@ pgq_block_due(const PgqGroupRef *group, TimestampTz now, int max,
 	n = walk_due(group, now, max, false, due, &earliest);
 	if (!own)
 	{
+		pgq_xact_remember_look(group);
 		pgq_due_found(group, gen, now, earliest);
 		my_look.active = false;
 	}

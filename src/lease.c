@@ -972,6 +972,7 @@ pgq_lease_claim(const PgqGroup *group, int max_blocks, PgqClaimed *blocks,
 	if (n < max_blocks)
 	{
 		(void) pgq_claim_hint(&group->ref, &hint, &gen);
+		pgq_xact_claiming(&group->ref, hint);
 		got = claim_pending(group, hint, max_blocks - n, until, blocks + n, cxt);
 		pgq_xact_remember_lease(&group->ref, blocks + n, got, until);
 		if (got > 0)
@@ -984,12 +985,14 @@ pgq_lease_claim(const PgqGroup *group, int max_blocks, PgqClaimed *blocks,
 		 */
 		if (n < max_blocks && hint > 0 && pgq_full_scan_due(&group->ref, -1))
 		{
+			pgq_xact_claiming(&group->ref, 0);
 			got = claim_pending(group, 0, max_blocks - n, until, blocks + n, cxt);
 			pgq_xact_remember_lease(&group->ref, blocks + n, got, until);
 			if (got > 0)
 				pgq_hint_lower(&group->ref, blocks[n].id);
 			n += got;
 		}
+		pgq_xact_claiming_done();
 	}
 	pgq_lease_claim_done();
 	qsort(blocks, n, sizeof(PgqClaimed), pgq_compare_claimed);

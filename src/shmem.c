@@ -19,8 +19,9 @@
  * entry of a group without claims in flight makes room; when every entry has
  * claims in flight, the new group is claimed from the start of its index and
  * claimed counts of groups without an entry become unknown (NULL) until the
- * claims that could not be counted end (uncounted).  Nothing is ever wrong,
- * only slower.  So that one role cannot take the table, each entry is
+ * claims that could not be counted end (uncounted).  No claim is ever wrong,
+ * only slower, and a waiting claim may give up early (see C1).  So that one
+ * role cannot take the table, each entry is
  * charged to the role whose call made it, and a role holds at most
  * pgq.max_groups_per_role entries: past that, its new entry takes the place
  * of one of its own idle entries, or its group goes without one.
@@ -67,36 +68,46 @@ typedef struct PgqGroupKey
  * reuses one, not even an entry made again after an eviction.
  *
  * The claim hint: where claims of pending blocks start.
- *	H1	No block with an id below "hint" is claimable, except blocks that an
- *		open transaction holds (it lowers the hint when it gives one back:
- *		an abort, an advisory release, a retry's commit) and blocks let go
- *		without pgq knowing (a row lock or an advisory lock taken or dropped
- *		by hand), which only full scans find (F1).
- *	H2	Every lowering sets "gen" to a new unique value.  A claim raises the
- *		hint, past blocks its scan found consumed or held, only if "gen" is
- *		still the one it read before the scan.
+ *	H1	No pending block has an id below "hint", except blocks that an open
+ *		transaction or a session (advisory mode) holds, which lower the
+ *		hint when they give one back (an abort, an advisory release, a
+ *		retry's commit, a scan cut short by an error), and blocks let go
+ *		without pgq knowing (a row lock or an advisory lock taken or
+ *		dropped by hand), which only full scans find (F1).
+ *	H2	Every call that lowers the hint (even to where it is) sets "gen" to
+ *		a new unique value.  A claim raises the hint, past blocks its scan
+ *		found consumed or held, only if "gen" is still the one it read
+ *		before the scan.
  *	Worth 25-30% of lease and advisory claims, 8% of transaction-mode ones,
  *	and the dead index entries of every consumed block (sql/hint.sql).
  *
  * Blocks held by open transactions.
  *	C1	"claimed" is at least the number of the group's blocks that open
- *		transactions hold: claimed in transaction mode, leases and retries
- *		not committed yet, advisory locks.  A block given back leaves the
- *		count only after the hint was lowered to it: a claim that reads
- *		"claimed" and then the hint, and finds no claims but its own, reads
- *		a hint at or below every claimable block.
+ *		transactions or sessions hold: claimed in transaction mode, leases
+ *		and retries not committed yet, advisory locks.  A holder counts a
+ *		block right after taking it, before the hint moves past it, and a
+ *		block given back leaves the count only after the hint was lowered
+ *		to it: a claim that reads "claimed" and then the hint, and finds no
+ *		claims but its own, reads a hint at or below every claimable block.
+ *		One exception: claims made while their group had no entry (the
+ *		table was full) are counted in "uncounted" instead, and given back
+ *		to the group's entry if it has one by then, which then counts too
+ *		few until they end; waiting claims of that group may then take it
+ *		for exhausted early (they look again at their next wake-up or
+ *		pgq.wait_recheck_interval).
  *	It is group_stats.claimed, and tells waiting claims that a group is
  *	exhausted (no block can come back) and full scans when they may run.
  *
- * Full scans below the hint.
+ * Full scans below the hint: a rule of rate, not a promise about rows.
  *	F1	A claim that came up short scans the group from its start when no
  *		other transaction holds blocks of it, and otherwise at most once a
  *		second ("last_full_scan"), so that consumers polling the end of a
- *		group do not each walk its dead entries.
+ *		group do not each walk its dead entries.  Lease claims, whose
+ *		committed leases the count does not hold, go by the rate alone.
  *
  * Due blocks: leases that ran out, retries that came due.  No index is kept
  * on the deadlines (claims would not be HOT updates); looks walk the
- * group's primary key instead (blockscan.c).
+ * group's primary key instead (due.c).
  *	D1	If "due_checked" is not 0, no lease of the group ends and no retry
  *		comes due before "due_from": so found a look that began at
  *		"due_checked", trusted for PGQ_DUE_TRUST after it.  Every commit that
@@ -111,7 +122,14 @@ typedef struct PgqGroupKey
  *		look's snapshot may not show those leases.
  *	D4	While "due_looking" is not 0, and for at most PGQ_DUE_TRUST, one
  *		claim is looking (the one that began at that time), and the others
- *		go on without looking.
+ *		go on without looking.  This one is about cost only: looks that
+ *		overlap are correct.
+ *	D1 has exceptions, each seen within PGQ_DUE_TRUST by claims (the
+ *	maintenance worker trusts a record until its time): a deadline brought
+ *	sooner by a prepared transaction's commit or by SQL with the trigger
+ *	disabled, and a look that recorded after a later one.  A look that saw
+ *	its transaction's own writes is forgotten if the transaction aborts
+ *	(xact.c).
  *	Worth 27% of single lease claims and 40% of batches of 100.
  *
  * How far a look for due blocks walks.
@@ -181,6 +199,8 @@ typedef struct PgqSharedState
 } PgqSharedState;
 
 static PgqSharedState *pgq_state = NULL;
+
+static void uncounted_add(int64 delta);
 static HTAB *pgq_groups = NULL;
 static HTAB *pgq_roles = NULL;
 
@@ -374,6 +394,29 @@ evict_idle_entry(Oid role)
 }
 
 /*
+ * Start an entry afresh for the group it now describes: no hint, nothing
+ * known of its due blocks or of its bound, and new generations, which no
+ * claim or look begun before can hold (H2, D2, B2).  The claimed count is
+ * the caller's to set.  Called with the table lock held exclusively;
+ * allocates nothing and cannot fail.
+ */
+static void
+entry_reset(PgqGroupEntry *entry)
+{
+	entry->hint = 0;
+	entry->gen = pg_atomic_fetch_add_u64(&pgq_state->gen_seed, 1);
+	entry->last_full_scan = 0;
+	entry->due_from = 0;
+	entry->due_checked = 0;
+	entry->due_gen = pg_atomic_fetch_add_u64(&pgq_state->gen_seed, 1);
+	entry->due_lowered = DT_NOEND;
+	entry->due_looking = 0;
+	entry->inflight_max = 0;
+	entry->inflight_epoch = 0;
+	entry->inflight_gen = pg_atomic_fetch_add_u64(&pgq_state->gen_seed, 1);
+}
+
+/*
  * Find the group's entry, with the table lock held on success (in shared
  * mode, or exclusively if the entry was just made).  An entry left by an
  * earlier incarnation of the same group id is treated as missing.  With
@@ -438,21 +481,16 @@ entry_lock(const PgqGroupRef *group, bool create)
 	}
 	if (!found || entry->created_at != group->created_at)
 	{
+		/*
+		 * An earlier incarnation's holders give their blocks back to an
+		 * entry that no longer matches them: they leave uncounted (C1).
+		 */
+		if (found && entry->claimed > 0)
+			uncounted_add(entry->claimed);
 		entry->created_at = group->created_at;
 		SpinLockInit(&entry->mutex);
-		entry->hint = 0;
-		/* never reuse a generation a stale claim might still hold */
-		entry->gen = pg_atomic_fetch_add_u64(&pgq_state->gen_seed, 1);
+		entry_reset(entry);
 		entry->claimed = 0;
-		entry->last_full_scan = 0;
-		entry->due_from = 0;
-		entry->due_checked = 0;
-		entry->due_gen = pg_atomic_fetch_add_u64(&pgq_state->gen_seed, 1);
-		entry->due_lowered = DT_NOEND;
-		entry->due_looking = 0;
-		entry->inflight_max = 0;
-		entry->inflight_epoch = 0;
-		entry->inflight_gen = pg_atomic_fetch_add_u64(&pgq_state->gen_seed, 1);
 	}
 
 	/* returned with the lock held exclusively: the caller only releases it */
@@ -513,13 +551,15 @@ void
 pgq_hint_lower(const PgqGroupRef *group, int64 block_id)
 {
 	PgqGroupEntry *entry = entry_lock(group, false);
+	uint64		gen;
 
 	if (entry == NULL)
 		return;
+	gen = pg_atomic_fetch_add_u64(&pgq_state->gen_seed, 1);
 	SpinLockAcquire(&entry->mutex);
 	if (entry->hint > block_id)
 		entry->hint = block_id;
-	entry->gen = pg_atomic_fetch_add_u64(&pgq_state->gen_seed, 1);
+	entry->gen = gen;
 	SpinLockRelease(&entry->mutex);
 	LWLockRelease(pgq_state->lock);
 }
@@ -672,9 +712,11 @@ pgq_due_forget(Oid dbid, int64 group_id)
 	entry = hash_search(pgq_groups, &key, HASH_FIND, NULL);
 	if (entry != NULL)
 	{
+		uint64		gen = pg_atomic_fetch_add_u64(&pgq_state->gen_seed, 1);
+
 		SpinLockAcquire(&entry->mutex);
 		entry->due_checked = 0;
-		entry->due_gen = pg_atomic_fetch_add_u64(&pgq_state->gen_seed, 1);
+		entry->due_gen = gen;
 		entry->due_looking = 0;
 		SpinLockRelease(&entry->mutex);
 	}
@@ -893,8 +935,12 @@ pgq_claimed_get(const PgqGroupRef *group, int64 *claimed)
 }
 
 /*
- * Drop the entry of a group being dropped.  The caller has already deleted
- * the group's blocks, which waited for every transaction holding one.
+ * Drop the entry of a group being dropped (or whose blocks are made anew).
+ * The caller has deleted the group's blocks, which waited for every
+ * transaction holding one, but not for the sessions holding advisory locks
+ * on some: while they do, the entry stays, started afresh, and counts them
+ * until they let go (C1).  Safe in transaction callbacks: it allocates
+ * nothing and cannot fail.
  */
 void
 pgq_group_forget(Oid dbid, int64 group_id)
@@ -907,7 +953,9 @@ pgq_group_forget(Oid dbid, int64 group_id)
 	make_key(&key, dbid, group_id);
 	LWLockAcquire(pgq_state->lock, LW_EXCLUSIVE);
 	entry = hash_search(pgq_groups, &key, HASH_FIND, NULL);
-	if (entry != NULL)
+	if (entry != NULL && entry->claimed > 0)
+		entry_reset(entry);
+	else if (entry != NULL)
 	{
 		LWLockAcquire(pgq_state->role_lock, LW_EXCLUSIVE);
 		role_give(entry->role, 0, 1);
@@ -1034,6 +1082,20 @@ pgq_materialization_give(Oid role)
 }
 
 /*
+ * Are all claims in flight on the group "own" ones (or is that unknown)?
+ * (Relies on C1.)
+ */
+static bool
+no_claims_by_others(const PgqGroupRef *group, int64 own)
+{
+	int64		claimed;
+
+	if (!pgq_claimed_get(group, &claimed))
+		return true;
+	return claimed <= own;
+}
+
+/*
  * Should a claim that came up short look below the hint, from the start of
  * the group?  Blocks get there only when their holder let go without pgq
  * knowing: a row lock on pgq.blocks taken by hand, or an advisory lock
@@ -1052,7 +1114,7 @@ pgq_full_scan_due(const PgqGroupRef *group, int64 own)
 	TimestampTz now;
 	bool		due;
 
-	if (own >= 0 && pgq_no_claims_by_others(group, own))
+	if (own >= 0 && no_claims_by_others(group, own))
 		return true;
 	entry = entry_lock(group, false);
 	if (entry == NULL)
@@ -1067,19 +1129,6 @@ pgq_full_scan_due(const PgqGroupRef *group, int64 own)
 	return due;
 }
 
-/*
- * Are all claims in flight on the group "own" ones (or is that unknown)?
- * (Relies on C1.)
- */
-bool
-pgq_no_claims_by_others(const PgqGroupRef *group, int64 own)
-{
-	int64		claimed;
-
-	if (!pgq_claimed_get(group, &claimed))
-		return true;
-	return claimed <= own;
-}
 
 /*
  * Publish the maintenance launcher's latch (NULL when it exits).  Shared

@@ -40,7 +40,6 @@ extern void pgq_inflight_raise(Oid dbid, int64 group_id, int64 block_id);
 extern int64 pgq_claimed_add(const PgqGroupRef *group, int64 delta);
 extern bool pgq_claimed_get(const PgqGroupRef *group, int64 *claimed);
 extern void pgq_group_forget(Oid dbid, int64 group_id);
-extern bool pgq_no_claims_by_others(const PgqGroupRef *group, int64 own);
 extern bool pgq_full_scan_due(const PgqGroupRef *group, int64 own);
 
 struct Latch;

@@ -677,6 +677,14 @@ pgq_maintenance_main(Datum arg)
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
+
+	/*
+	 * READ COMMITTED, whatever the database's default: a look for due blocks
+	 * must take its snapshot after it reads what shared memory knows
+	 * (invariant D2 in shmem.c), as claims do.
+	 */
+	SetConfigOption("default_transaction_isolation", "read committed",
+					PGC_SUSET, PGC_S_OVERRIDE);
 	context.callback = pass_context;
 	context.arg = NULL;
 	context.previous = error_context_stack;

@@ -69,9 +69,12 @@ typedef enum PgqRecordKind
 	PGQ_REC_UNLOCK,				/* an advisory block to unlock at commit */
 	PGQ_REC_WAKE,				/* the group's waiters to wake at commit */
 	PGQ_REC_ADVISORY,			/* an advisory claim, given back on abort */
-	PGQ_REC_RETRY				/* a dead-lettered block made pending again,
+	PGQ_REC_RETRY,				/* a dead-lettered block made pending again,
 								 * in the claimed count until the transaction
 								 * ends */
+	PGQ_REC_LOOK				/* a look for due blocks recorded what it
+								 * found, with the transaction's own writes
+								 * in view: forgotten on abort */
 } PgqRecordKind;
 
 typedef struct PgqClaimRecord
@@ -106,6 +109,21 @@ typedef struct InflightRows
 static InflightRows *inflight = NULL;
 static int	ninflight = 0;
 static int	maxinflight = 0;
+
+/*
+ * A scan for pending blocks under way, from block "from" of the group: the
+ * blocks it has taken so far are in no record yet.  Should it end in an
+ * error, its (sub)transaction's abort lowers the hint to "from", as for the
+ * blocks it recorded (invariant H1 in shmem.c): another claim may have moved
+ * the hint past blocks that the abort makes pending again.
+ */
+static struct
+{
+	bool		active;
+	PgqGroupRef group;
+	int64		from;
+	int			nest_level;
+}			claiming;
 
 static void pgq_xact_callback(XactEvent event, void *arg);
 static void publish_inflight(void);
@@ -241,6 +259,53 @@ pgq_xact_remember_drop(const PgqGroupRef *group)
 {
 	pgq_xact_reserve(1);
 	add_record(group, 0, PGQ_REC_DROP);
+}
+
+/* A scan for pending blocks of the group begins at block "from". */
+void
+pgq_xact_claiming(const PgqGroupRef *group, int64 from)
+{
+	claiming.group = *group;
+	claiming.from = from;
+	claiming.nest_level = GetCurrentTransactionNestLevel();
+	claiming.active = true;
+}
+
+/* The scan ended, and what it took is recorded. */
+void
+pgq_xact_claiming_done(void)
+{
+	claiming.active = false;
+}
+
+/*
+ * The (sub)transaction at nest level "level" is aborting: a scan for pending
+ * blocks that it began, cut short by an error, lowers the hint.  Safe in
+ * transaction callbacks: it allocates nothing and cannot fail.
+ */
+static void
+claiming_abort(int level)
+{
+	if (claiming.active && claiming.nest_level >= level)
+	{
+		pgq_hint_lower(&claiming.group, claiming.from);
+		claiming.active = false;
+	}
+}
+
+/*
+ * A look for due blocks of the group recorded what it found in shared memory
+ * (invariant D1 in shmem.c) while this transaction had written: the look saw
+ * the transaction's own writes (a due block claimed again, a block
+ * completed), which an abort takes back.  Then the record must go too.
+ */
+void
+pgq_xact_remember_look(const PgqGroupRef *group)
+{
+	if (!TransactionIdIsValid(GetTopTransactionIdIfAny()))
+		return;
+	pgq_xact_reserve(1);
+	add_record(group, 0, PGQ_REC_LOOK);
 }
 
 /* Unlock the session's advisory lock on block_id when this transaction commits. */
@@ -557,6 +622,10 @@ settle_claims(int first, bool undone)
 						retried = Min(retried, claims[j].block_id);
 					wake = true;
 					continue;
+				case PGQ_REC_LOOK:
+					if (undone)
+						pgq_due_forget(group->dbid, group->group_id);
+					continue;
 			}
 			lowest = Min(lowest, claims[j].block_id);
 		}
@@ -642,12 +711,20 @@ pgq_xact_callback(XactEvent event, void *arg)
 						 errhint("Commit or roll back the transaction instead.")));
 			for (int i = 0; i < nclaims; i++)
 			{
-				if (claims[i].kind != PGQ_REC_WAKE)
+				if (claims[i].kind != PGQ_REC_WAKE &&
+					claims[i].kind != PGQ_REC_LOOK)
 					ereport(ERROR,
 							(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 							 errmsg("cannot PREPARE a transaction that claimed, completed or failed pgq blocks"),
 							 errdetail("What pgq does at the end of the transaction cannot be handed to a prepared transaction."),
 							 errhint("Commit or roll back the transaction instead.")));
+			}
+			/* a prepared transaction may yet roll back: forget its looks now */
+			for (int i = 0; i < nclaims; i++)
+			{
+				if (claims[i].kind == PGQ_REC_LOOK)
+					pgq_due_forget(claims[i].group.dbid,
+								   claims[i].group.group_id);
 			}
 			/* keep the records: PREPARE may still fail, and then abort */
 			return;
@@ -664,6 +741,7 @@ pgq_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
 			pgq_block_due_abort();
+			claiming_abort(1);
 			settle_claims(0, true);
 			pgq_lease_xact_end();
 			break;
@@ -672,6 +750,7 @@ pgq_xact_callback(XactEvent event, void *arg)
 	}
 
 	/* TopTransactionContext is about to go away, and the records with it */
+	claiming.active = false;
 	inflight = NULL;
 	ninflight = 0;
 	maxinflight = 0;
@@ -706,6 +785,7 @@ pgq_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 			break;
 		case SUBXACT_EVENT_ABORT_SUB:
 			pgq_block_due_abort();
+			claiming_abort(level);
 			settle_claims(first, true);
 			break;
 		default:
