@@ -81,7 +81,7 @@ typedef struct PgqGroupKey
  *	Worth 25-30% of lease and advisory claims, 8% of transaction-mode ones,
  *	and the dead index entries of every consumed block (sql/hint.sql).
  *
- * Blocks held by open transactions.
+ * Blocks held by open transactions, and by sessions (advisory mode).
  *	C1	"claimed" is at least the number of the group's blocks that open
  *		transactions or sessions hold: claimed in transaction mode, leases
  *		and retries not committed yet, advisory locks.  A holder counts a
@@ -89,12 +89,14 @@ typedef struct PgqGroupKey
  *		block given back leaves the count only after the hint was lowered
  *		to it: a claim that reads "claimed" and then the hint, and finds no
  *		claims but its own, reads a hint at or below every claimable block.
- *		One exception: claims made while their group had no entry (the
- *		table was full) are counted in "uncounted" instead, and given back
- *		to the group's entry if it has one by then, which then counts too
- *		few until they end; waiting claims of that group may then take it
- *		for exhausted early (they look again at their next wake-up or
- *		pgq.wait_recheck_interval).
+ *		Two exceptions, in which waiting claims of the group may take it for
+ *		exhausted too early (they return no rows; a later claim gets the
+ *		block): claims made while their group had no entry (the table was
+ *		full) are counted in "uncounted" instead, and given back to the
+ *		group's entry if it has one by then, which then counts too few
+ *		until they end; and a scan for pending blocks counts what it took
+ *		only when it ends, so a claim that reads the count meanwhile misses
+ *		the blocks it has taken so far, which its abort may give back.
  *	It is group_stats.claimed, and tells waiting claims that a group is
  *	exhausted (no block can come back) and full scans when they may run.
  *
@@ -172,8 +174,7 @@ typedef struct PgqGroupEntry
  * How long a look for due blocks is trusted: the bound on how late a claim
  * sees a deadline that no commit announced (one changed by a prepared
  * transaction, or by an UPDATE with the trigger disabled), or one that a
- * transaction's own look missed because the transaction then rolled back a
- * delete of a block.
+ * look recorded after a later look had (the exceptions to D1).
  */
 #define PGQ_DUE_TRUST	(1000 * 1000)	/* microseconds */
 
@@ -447,6 +448,12 @@ entry_lock(const PgqGroupRef *group, bool create)
 
 	LWLockAcquire(pgq_state->lock, LW_EXCLUSIVE);
 	entry = hash_search(pgq_groups, &key, HASH_FIND, &found);
+	if (entry != NULL && entry->created_at > group->created_at)
+	{
+		/* a later incarnation of the group id has it: this one is gone */
+		LWLockRelease(pgq_state->lock);
+		return NULL;
+	}
 	if (entry == NULL)
 	{
 		Oid			role = charged_role();

@@ -125,6 +125,7 @@ static struct
 	int			nest_level;
 }			claiming;
 
+static bool same_group(const PgqGroupRef *a, const PgqGroupRef *b);
 static void pgq_xact_callback(XactEvent event, void *arg);
 static void publish_inflight(void);
 static void pgq_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
@@ -302,8 +303,17 @@ claiming_abort(int level)
 void
 pgq_xact_remember_look(const PgqGroupRef *group)
 {
+	int			level = GetCurrentTransactionNestLevel();
+
 	if (!TransactionIdIsValid(GetTopTransactionIdIfAny()))
 		return;
+	/* one record per group and level is enough */
+	for (int i = nclaims - 1; i >= 0 && claims[i].nest_level == level; i--)
+	{
+		if (claims[i].kind == PGQ_REC_LOOK &&
+			same_group(&claims[i].group, group))
+			return;
+	}
 	pgq_xact_reserve(1);
 	add_record(group, 0, PGQ_REC_LOOK);
 }
@@ -579,12 +589,15 @@ settle_claims(int first, bool undone)
 		int64		leased = 0; /* the highest block taken under a lease */
 		int64		counted = 0;	/* in the shared claimed count */
 		int			claims_here = 0;	/* transaction-mode claims */
-		bool		wake = undone;
+		bool		wake = false;
 		bool		dropped = false;
 		int			j = i;
 
 		for (; j < nclaims && same_group(group, &claims[j].group); j++)
 		{
+			/* an undone claim may have made a block claimable again */
+			if (undone && claims[j].kind != PGQ_REC_LOOK)
+				wake = true;
 			switch (claims[j].kind)
 			{
 				case PGQ_REC_CLAIM:
@@ -762,6 +775,34 @@ pgq_xact_callback(XactEvent event, void *arg)
 }
 
 /*
+ * An aborting subtransaction at nest level "level", whose records start at
+ * index "first", wrote nothing itself: its looks for due blocks saw only
+ * the writes of its parents, which still stand, so they become the
+ * parent's (a waiting claim's attempt that claimed nothing is rolled back
+ * like this, and must not forget what its look found, nor wake anyone).
+ * They move ahead of the records to settle; returns where those now begin.
+ * Allocates nothing and cannot fail.
+ */
+static int
+keep_parents_looks(int first, int level)
+{
+	if (TransactionIdIsValid(GetCurrentTransactionIdIfAny()))
+		return first;
+	for (int i = first; i < nclaims; i++)
+	{
+		PgqClaimRecord look = claims[i];
+
+		if (look.kind != PGQ_REC_LOOK)
+			continue;
+		memmove(&claims[first + 1], &claims[first],
+				(i - first) * sizeof(PgqClaimRecord));
+		look.nest_level = level - 1;
+		claims[first++] = look;
+	}
+	return first;
+}
+
+/*
  * At the end of a subtransaction: its records go to the parent on commit,
  * and are settled as undone on abort.
  */
@@ -786,6 +827,7 @@ pgq_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 		case SUBXACT_EVENT_ABORT_SUB:
 			pgq_block_due_abort();
 			claiming_abort(level);
+			first = keep_parents_looks(first, level);
 			settle_claims(first, true);
 			break;
 		default:
