@@ -416,3 +416,34 @@ FROM pgq.items i
 JOIN pgq.groups g ON g.group_id = i.group_id
 WHERE i.state = 'f'
   AND pgq.may_see(g.owner, g.consumers, g.producers);
+
+-- create_group takes params => : the values of the query's parameters $1..$n,
+-- as text, read as the types that the query gives its parameters (as
+-- PREPARE infers them).  A group keeps them written back as text under
+-- fixed settings (group.c), with their types, for its asynchronous
+-- materialization to bind, and for joining callers to compare: the same
+-- query with other values is another group.  The function is dropped and
+-- created again, as an argument cannot be added in place.
+ALTER TABLE pgq.groups ADD COLUMN params text[],
+                       ADD COLUMN param_types regtype[];
+
+DROP FUNCTION pgq.create_group(text, text, integer, text, boolean, interval,
+                               integer, interval, regrole);
+
+CREATE FUNCTION pgq.create_group(group_name text, query text,
+                                 block_size integer DEFAULT 5000,
+                                 mode text DEFAULT 'transaction',
+                                 async boolean DEFAULT false,
+                                 lease interval DEFAULT '5 minutes',
+                                 max_attempts integer DEFAULT 5,
+                                 timeout interval DEFAULT NULL,
+                                 owner regrole DEFAULT NULL,
+                                 params text[] DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'pgq_create_group'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION pgq.create_group(text, text, integer, text, boolean,
+                                     interval, integer, interval, regrole,
+                                     text[]) IS
+'create a group of blocks from a query''s ids; true for the caller that created it';

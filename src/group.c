@@ -29,6 +29,7 @@
 #include "nodes/parsenodes.h"
 #include "parser/analyze.h"
 #include "storage/lock.h"
+#include "tcop/tcopprot.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
@@ -102,19 +103,20 @@ check_id_column(TupleDesc tupdesc)
 }
 
 /*
- * Parse and analyze a group's query, and check that it is one read-only
- * query: SELECT, VALUES, or WITH without data-modifying parts or row locks,
- * whose first column can hold ids.
+ * Parse and analyze a group's query, with its parameters of the types in
+ * params, and check that it is one read-only query: SELECT, VALUES, or WITH
+ * without data-modifying parts or row locks, whose first column can hold
+ * ids.
  */
 SPIPlanPtr
-pgq_prepare_group_query(const char *query)
+pgq_prepare_group_query(const char *query, const PgqQueryParams *params)
 {
 	SPIPlanPtr	plan;
 	List	   *sources;
 	CachedPlanSource *source;
 	Query	   *parsed;
 
-	plan = SPI_prepare(query, 0, NULL);
+	plan = SPI_prepare(query, params->nparams, params->types);
 	if (plan == NULL)
 		elog(ERROR, "SPI_prepare failed for the group's query: %s",
 			 SPI_result_code_string(SPI_result));
@@ -197,6 +199,24 @@ static const char *const canonical_settings[][2] = {
 };
 
 /*
+ * Switch to canonical_settings until AtEOXact_GUC(true, the level returned),
+ * under which queries and parameter values are written as text, and read
+ * back from it, in one spelling.
+ */
+static int
+push_canonical_settings(void)
+{
+	int			nestlevel = NewGUCNestLevel();
+
+	for (size_t i = 0; i < lengthof(canonical_settings); i++)
+		(void) set_config_option(canonical_settings[i][0],
+								 canonical_settings[i][1],
+								 PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_SAVE, true, 0, false);
+	return nestlevel;
+}
+
+/*
  * The query that a plan of pgq_prepare_group_query() holds, as PostgreSQL
  * reads it: parsed and analysed again (as the current role, executing
  * nothing), then written back as text, the way a view's definition is,
@@ -207,7 +227,7 @@ static const char *const canonical_settings[][2] = {
  * across a dump and restore.
  */
 static char *
-canonical_query(SPIPlanPtr plan)
+canonical_query(SPIPlanPtr plan, const PgqQueryParams *params)
 {
 	CachedPlanSource *source = linitial(SPI_plan_get_plan_sources(plan));
 	RawStmt    *raw = copyObject(source->raw_parse_tree);
@@ -215,14 +235,9 @@ canonical_query(SPIPlanPtr plan)
 	StringInfoData buf;
 	int			nestlevel;
 
-	query = parse_analyze_fixedparams(raw, source->query_string, NULL, 0,
-									  NULL);
-	nestlevel = NewGUCNestLevel();
-	for (size_t i = 0; i < lengthof(canonical_settings); i++)
-		(void) set_config_option(canonical_settings[i][0],
-								 canonical_settings[i][1],
-								 PGC_USERSET, PGC_S_SESSION,
-								 GUC_ACTION_SAVE, true, 0, false);
+	query = parse_analyze_fixedparams(raw, source->query_string,
+									  params->types, params->nparams, NULL);
+	nestlevel = push_canonical_settings();
 	initStringInfo(&buf);
 	appendStringInfoString(&buf, pg_get_querydef(query, false));
 	AtEOXact_GUC(true, nestlevel);
@@ -230,14 +245,272 @@ canonical_query(SPIPlanPtr plan)
 	return buf.data;
 }
 
-/* Does pgq.groups have the column canonical_query (0.2 and later)? */
-static bool
-have_canonical_query(void)
+/*
+ * Does pgq.groups have the column (canonical_query, params: 0.2 and later)?
+ * A database not yet updated from 0.1 has not.
+ */
+bool
+pgq_groups_have_column(const char *column)
 {
 	Oid			relid = get_relname_relid("groups",
 										  get_namespace_oid("pgq", false));
 
-	return get_attnum(relid, "canonical_query") != InvalidAttrNumber;
+	return get_attnum(relid, column) != InvalidAttrNumber;
+}
+
+/* What query_error_callback() needs. */
+typedef struct ParamErrorArg
+{
+	const char *query;
+	int			value;			/* the value being read, from 1; 0: none */
+	Oid			type;
+} ParamErrorArg;
+
+/*
+ * Report errors in the group's query as SPI does (_SPI_error_callback()):
+ * a position is one in the query's text, which is shown; otherwise the
+ * query is the context.  While a value of params is read, that value is.
+ */
+static void
+query_error_callback(void *arg)
+{
+	ParamErrorArg *carg = (ParamErrorArg *) arg;
+	int			syntaxerrposition;
+
+	if (carg->value > 0)
+	{
+		errcontext("value %d of params, for $%d of type %s",
+				   carg->value, carg->value, format_type_be(carg->type));
+		return;
+	}
+	syntaxerrposition = geterrposition();
+	if (syntaxerrposition > 0)
+	{
+		errposition(0);
+		internalerrposition(syntaxerrposition);
+		internalerrquery(carg->query);
+	}
+	else
+		errcontext("SQL statement \"%s\"", carg->query);
+}
+
+/*
+ * Bind the values of a group's query parameters, as PREPARE and EXECUTE
+ * would: the types of $1..$n are inferred from where they appear in the
+ * query (analysing it, as the current role, executing nothing), and each
+ * value of the text[] values (NULL for none) is read as its parameter's
+ * type, under the session's settings.  An error unless there is one value
+ * per parameter and every parameter's type can be told.  A query that is
+ * not one statement is left for pgq_prepare_group_query() to refuse.
+ */
+void
+pgq_bind_group_params(const char *query, ArrayType *values,
+					  PgqQueryParams *params)
+{
+	ErrorContextCallback context;
+	ParamErrorArg carg;
+	List	   *raws;
+	Datum	   *texts = NULL;
+	bool	   *isnull = NULL;
+	int			nvalues = 0;
+
+	memset(params, 0, sizeof(*params));
+	if (values != NULL)
+	{
+		if (ARR_NDIM(values) > 1)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("params must be a one-dimensional array"),
+					 errdetail("The array given has %d dimensions.",
+							   ARR_NDIM(values))));
+		deconstruct_array(values, TEXTOID, -1, false, TYPALIGN_INT,
+						  &texts, &isnull, &nvalues);
+	}
+
+	carg.query = query;
+	carg.value = 0;
+	carg.type = InvalidOid;
+	context.callback = query_error_callback;
+	context.arg = &carg;
+	context.previous = error_context_stack;
+	error_context_stack = &context;
+
+	raws = pg_parse_query(query);
+	if (list_length(raws) != 1)
+	{
+		error_context_stack = context.previous;
+		return;
+	}
+	(void) parse_analyze_varparams(linitial_node(RawStmt, raws), query,
+								   &params->types, &params->nparams, NULL);
+	error_context_stack = context.previous;
+
+	if (params->nparams != nvalues)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_PARAMETER),
+				 errmsg("wrong number of params for the group's query"),
+				 errdetail_plural("The query has %s; params holds %d value.",
+								  "The query has %s; params holds %d values.",
+								  nvalues,
+								  params->nparams == 0 ? "no parameters" :
+								  params->nparams == 1 ? "parameter $1" :
+								  psprintf("parameters $1 to $%d",
+										   params->nparams),
+								  nvalues),
+				 nvalues == 0 ?
+				 errhint("Pass the values of the query's parameters with params => ARRAY[...], one element each.") : 0));
+	for (int i = 0; i < params->nparams; i++)
+		if (params->types[i] == InvalidOid || params->types[i] == UNKNOWNOID)
+			ereport(ERROR,
+					(errcode(ERRCODE_INDETERMINATE_DATATYPE),
+					 errmsg("could not determine data type of parameter $%d",
+							i + 1),
+					 errhint("Cast the parameter in the query, for example $%d::date.",
+							 i + 1)));
+
+	params->values = palloc0(Max(nvalues, 1) * sizeof(Datum));
+	params->nulls = palloc(Max(nvalues, 1) * sizeof(char));
+	error_context_stack = &context;
+	for (int i = 0; i < nvalues; i++)
+	{
+		Oid			infunc;
+		Oid			ioparam;
+
+		carg.value = i + 1;
+		carg.type = params->types[i];
+		getTypeInputInfo(params->types[i], &infunc, &ioparam);
+		params->values[i] =
+			OidInputFunctionCall(infunc,
+								 isnull[i] ? NULL : TextDatumGetCString(texts[i]),
+								 ioparam, -1);
+		params->nulls[i] = isnull[i] ? 'n' : ' ';
+	}
+	error_context_stack = context.previous;
+}
+
+/*
+ * The parameter values as text[], written under canonical_settings: what
+ * pgq.groups.params keeps, for the background worker to read back with
+ * pgq_load_group_params(), and for joining callers to compare with.  NULL
+ * for a query without parameters.
+ */
+static ArrayType *
+canonical_params(const PgqQueryParams *params)
+{
+	Datum	   *elems;
+	bool	   *nulls;
+	int			dims[1];
+	int			lbs[1] = {1};
+	int			nestlevel;
+
+	if (params->nparams == 0)
+		return NULL;
+	elems = palloc0(params->nparams * sizeof(Datum));
+	nulls = palloc(params->nparams * sizeof(bool));
+	nestlevel = push_canonical_settings();
+	for (int i = 0; i < params->nparams; i++)
+	{
+		Oid			outfunc;
+		bool		varlena;
+
+		nulls[i] = params->nulls[i] == 'n';
+		if (nulls[i])
+			continue;
+		getTypeOutputInfo(params->types[i], &outfunc, &varlena);
+		elems[i] = CStringGetTextDatum(OidOutputFunctionCall(outfunc,
+															 params->values[i]));
+	}
+	AtEOXact_GUC(true, nestlevel);
+	dims[0] = params->nparams;
+	return construct_md_array(elems, nulls, 1, dims, lbs, TEXTOID, -1, false,
+							  TYPALIGN_INT);
+}
+
+/*
+ * Bind a group's stored parameters: types, a regtype[], and values, the
+ * text[] of canonical_params(), read back under the same settings, so that
+ * the values are those the creator bound whatever the settings now.
+ */
+void
+pgq_load_group_params(Datum types, Datum values, PgqQueryParams *params)
+{
+	Datum	   *typedatums;
+	Datum	   *texts;
+	bool	   *isnull;
+	int			ntypes;
+	int			nvalues;
+	int			nestlevel;
+
+	deconstruct_array(DatumGetArrayTypeP(types), REGTYPEOID, sizeof(Oid),
+					  true, TYPALIGN_INT, &typedatums, NULL, &ntypes);
+	deconstruct_array(DatumGetArrayTypeP(values), TEXTOID, -1, false,
+					  TYPALIGN_INT, &texts, &isnull, &nvalues);
+	if (ntypes != nvalues)
+		elog(ERROR, "pgq.groups holds %d parameter types and %d values",
+			 ntypes, nvalues);
+	params->nparams = nvalues;
+	params->types = palloc(Max(nvalues, 1) * sizeof(Oid));
+	params->values = palloc0(Max(nvalues, 1) * sizeof(Datum));
+	params->nulls = palloc(Max(nvalues, 1) * sizeof(char));
+	nestlevel = push_canonical_settings();
+	for (int i = 0; i < nvalues; i++)
+	{
+		Oid			infunc;
+		Oid			ioparam;
+
+		params->types[i] = DatumGetObjectId(typedatums[i]);
+		params->nulls[i] = isnull[i] ? 'n' : ' ';
+		getTypeInputInfo(params->types[i], &infunc, &ioparam);
+		params->values[i] =
+			OidInputFunctionCall(infunc,
+								 isnull[i] ? NULL : TextDatumGetCString(texts[i]),
+								 ioparam, -1);
+	}
+	AtEOXact_GUC(true, nestlevel);
+}
+
+/* The types of params as a regtype[], as pgq.groups.param_types keeps them. */
+static ArrayType *
+param_types_array(const PgqQueryParams *params)
+{
+	Datum	   *elems = palloc(Max(params->nparams, 1) * sizeof(Datum));
+
+	for (int i = 0; i < params->nparams; i++)
+		elems[i] = ObjectIdGetDatum(params->types[i]);
+	return construct_array(elems, params->nparams, REGTYPEOID, sizeof(Oid),
+						   true, TYPALIGN_INT);
+}
+
+/*
+ * Parameters as the errors of create_group show them: "$1 = '...'::type,
+ * ...", from the types and the canonical_params() text of each value.
+ */
+static char *
+describe_params(ArrayType *types, ArrayType *values)
+{
+	StringInfoData buf;
+	Datum	   *typedatums;
+	Datum	   *texts;
+	bool	   *isnull;
+	int			ntypes;
+	int			nvalues;
+
+	initStringInfo(&buf);
+	if (types == NULL || values == NULL)
+	{
+		appendStringInfoString(&buf, "no parameters");
+		return buf.data;
+	}
+	deconstruct_array(types, REGTYPEOID, sizeof(Oid), true, TYPALIGN_INT,
+					  &typedatums, NULL, &ntypes);
+	deconstruct_array(values, TEXTOID, -1, false, TYPALIGN_INT, &texts,
+					  &isnull, &nvalues);
+	for (int i = 0; i < Min(ntypes, nvalues); i++)
+		appendStringInfo(&buf, "%s$%d = %s::%s", i > 0 ? ", " : "", i + 1,
+						 isnull[i] ? "NULL" :
+						 quote_literal_cstr(TextDatumGetCString(texts[i])),
+						 format_type_be(DatumGetObjectId(typedatums[i])));
+	return buf.data;
 }
 
 /*
@@ -248,7 +521,8 @@ have_canonical_query(void)
  * save action inside a function, and SET LOCAL would outlive the call.
  */
 static void
-read_only_step(SPIPlanPtr query_plan, Portal *portal)
+read_only_step(SPIPlanPtr query_plan, const PgqQueryParams *params,
+			   Portal *portal)
 {
 	bool		save_read_only = XactReadOnly;
 
@@ -256,7 +530,8 @@ read_only_step(SPIPlanPtr query_plan, Portal *portal)
 	PG_TRY();
 	{
 		if (*portal == NULL)
-			*portal = SPI_cursor_open(NULL, query_plan, NULL, NULL, false);
+			*portal = SPI_cursor_open(NULL, query_plan, params->values,
+									  params->nulls, false);
 		else
 			SPI_cursor_fetch(*portal, true, PGQ_FETCH_ROWS);
 	}
@@ -268,12 +543,14 @@ read_only_step(SPIPlanPtr query_plan, Portal *portal)
 }
 
 /*
- * Run the group's query, read-only, through a cursor, and hand its ids to
- * sink PGQ_FETCH_ROWS at a time, in the query's order: only one fetch is in
- * memory at a time.  Returns the number of ids.
+ * Run the group's query, read-only, with the values of its parameters,
+ * through a cursor, and hand its ids to sink PGQ_FETCH_ROWS at a time, in
+ * the query's order: only one fetch is in memory at a time.  Returns the
+ * number of ids.
  */
 int64
-pgq_run_group_query(SPIPlanPtr query_plan, PgqIdSink sink, void *arg)
+pgq_run_group_query(SPIPlanPtr query_plan, const PgqQueryParams *params,
+					PgqIdSink sink, void *arg)
 {
 	Portal		portal = NULL;
 	Oid			typid;
@@ -282,7 +559,7 @@ pgq_run_group_query(SPIPlanPtr query_plan, PgqIdSink sink, void *arg)
 
 	ids = palloc(PGQ_FETCH_ROWS * sizeof(int64));
 
-	read_only_step(query_plan, &portal);
+	read_only_step(query_plan, params, &portal);
 	typid = check_id_column(portal->tupDesc);
 
 	for (;;)
@@ -292,7 +569,7 @@ pgq_run_group_query(SPIPlanPtr query_plan, PgqIdSink sink, void *arg)
 
 		CHECK_FOR_INTERRUPTS();
 
-		read_only_step(query_plan, &portal);
+		read_only_step(query_plan, params, &portal);
 
 		tuptable = SPI_tuptable;
 		nrows = SPI_processed;
@@ -566,17 +843,21 @@ capture_settings(void)
  * Insert the group's row unless the name is taken; returns the new group's
  * id, or 0 when a group of that name exists (waiting first for its creator,
  * if it has not committed yet).  timeout is NULL for none; canonical is
- * NULL in a database still at 0.1, which has no column for it.
+ * NULL in a database still at 0.1, which has no column for it, nor for
+ * parameters (have_params false); param_values and param_types are NULL
+ * for a query without parameters.
  */
 static int64
 insert_group(text *name, PgqMode mode, text *query, const char *canonical,
-			 int block_size, Interval *lease, int32 max_attempts,
-			 Interval *timeout)
+			 ArrayType *param_values, ArrayType *param_types,
+			 bool have_params, int block_size, Interval *lease,
+			 int32 max_attempts, Interval *timeout)
 {
-	Oid			argtypes[10] = {TEXTOID, TEXTOID, TEXTOID, INT4OID, REGROLEOID,
-	INTERVALOID, INT4OID, TEXTARRAYOID, INTERVALOID, TEXTOID};
-	Datum		values[10];
-	char		nulls[10];
+	Oid			argtypes[12] = {TEXTOID, TEXTOID, TEXTOID, INT4OID, REGROLEOID,
+	INTERVALOID, INT4OID, TEXTARRAYOID, INTERVALOID, TEXTOID, TEXTARRAYOID,
+	REGTYPEARRAYOID};
+	Datum		values[12];
+	char		nulls[12];
 	PgqGroupRef ref;
 	int			rc;
 
@@ -594,6 +875,13 @@ insert_group(text *name, PgqMode mode, text *query, const char *canonical,
 		nulls[8] = 'n';
 	if (canonical != NULL)
 		values[9] = CStringGetTextDatum(canonical);
+	if (param_values != NULL)
+	{
+		values[10] = PointerGetDatum(param_values);
+		values[11] = PointerGetDatum(param_types);
+	}
+	else
+		nulls[10] = nulls[11] = 'n';
 
 #define INSERT_GROUP(column, value) \
 	"INSERT INTO pgq.groups " \
@@ -605,7 +893,11 @@ insert_group(text *name, PgqMode mode, text *query, const char *canonical,
 	"$6, $7, $8, $9" value ") " \
 	"ON CONFLICT (group_name) DO NOTHING " \
 	"RETURNING group_id, created_at"
-	if (canonical != NULL)
+	if (have_params)
+		rc = SPI_execute_with_args(INSERT_GROUP(", canonical_query, params, param_types",
+												", $10, $11, $12"),
+								   12, argtypes, values, nulls, false, 1);
+	else if (canonical != NULL)
 		rc = SPI_execute_with_args(INSERT_GROUP(", canonical_query", ", $10"),
 								   10, argtypes, values, nulls, false, 1);
 	else
@@ -626,19 +918,101 @@ insert_group(text *name, PgqMode mode, text *query, const char *canonical,
 }
 
 /*
+ * Are two sets of parameters, each a regtype[] and a text[] of
+ * canonical_params(), the same types and values?
+ */
+static bool
+same_params(ArrayType *types1, ArrayType *values1, ArrayType *types2,
+			ArrayType *values2)
+{
+	Datum	   *t1;
+	Datum	   *t2;
+	Datum	   *v1;
+	Datum	   *v2;
+	bool	   *n1;
+	bool	   *n2;
+	int			nt1;
+	int			nt2;
+	int			nv1;
+	int			nv2;
+
+	deconstruct_array(types1, REGTYPEOID, sizeof(Oid), true, TYPALIGN_INT,
+					  &t1, NULL, &nt1);
+	deconstruct_array(types2, REGTYPEOID, sizeof(Oid), true, TYPALIGN_INT,
+					  &t2, NULL, &nt2);
+	deconstruct_array(values1, TEXTOID, -1, false, TYPALIGN_INT, &v1, &n1,
+					  &nv1);
+	deconstruct_array(values2, TEXTOID, -1, false, TYPALIGN_INT, &v2, &n2,
+					  &nv2);
+	if (nt1 != nt2 || nv1 != nv2 || nt1 != nv1)
+		return false;
+	for (int i = 0; i < nt1; i++)
+	{
+		if (DatumGetObjectId(t1[i]) != DatumGetObjectId(t2[i]) ||
+			n1[i] != n2[i])
+			return false;
+		if (!n1[i] && strcmp(TextDatumGetCString(v1[i]),
+							 TextDatumGetCString(v2[i])) != 0)
+			return false;
+	}
+	return true;
+}
+
+/*
+ * Check that the parameter values of an existing group, columns 8 (params)
+ * and 9 (param_types) of an SPI row, are those the caller bound: the same
+ * types, and the same values as canonical_params() writes them (new_values
+ * and new_types, NULL for none).
+ */
+static void
+check_same_params(const char *groupname, HeapTuple tuple, TupleDesc tupdesc,
+				  ArrayType *new_values, ArrayType *new_types)
+{
+	ArrayType  *old_values = NULL;
+	ArrayType  *old_types = NULL;
+	bool		isnull;
+	Datum		datum;
+	bool		same;
+
+	datum = SPI_getbinval(tuple, tupdesc, 8, &isnull);
+	if (!isnull)
+		old_values = DatumGetArrayTypeP(datum);
+	datum = SPI_getbinval(tuple, tupdesc, 9, &isnull);
+	if (!isnull)
+		old_types = DatumGetArrayTypeP(datum);
+	if (old_types == NULL)
+		old_values = NULL;
+
+	if (old_values == NULL || new_values == NULL)
+		same = old_values == NULL && new_values == NULL;
+	else
+		same = same_params(old_types, old_values, new_types, new_values);
+	if (!same)
+		ereport(ERROR,
+				(errcode(ERRCODE_DUPLICATE_OBJECT),
+				 errmsg("group \"%s\" already exists with other params",
+						groupname),
+				 errdetail("The existing group's query has %s; here it has %s.",
+						   describe_params(old_types, old_values),
+						   describe_params(new_types, new_values)),
+				 errhint("Use another group name, or drop the group first with pgq.drop_group().")));
+}
+
+/*
  * Check that an existing group, which the caller may join (see
  * pgq_check_join()), is the one the caller asked for.  Returns false if the
  * group is gone (dropped since the lookup found it).
  *
  * Queries are the same when they read the same, as canonical_query() writes
- * them, whatever their layout; a group made before the update from 0.1 has
- * no canonical text, and its query text must be the same, character for
- * character.
+ * them, whatever their layout, and bind the same parameter values; a group
+ * made before the update from 0.1 has no canonical text, and its query text
+ * must be the same, character for character.
  */
 static bool
 check_existing_group(const PgqGroup *existing, PgqMode mode, text *query,
-					 const char *canonical, int block_size, Interval *lease,
-					 int32 max_attempts)
+					 const char *canonical, ArrayType *param_values,
+					 ArrayType *param_types, bool have_params,
+					 int block_size, Interval *lease, int32 max_attempts)
 {
 	Interval   *old_lease;
 	int32		old_max_attempts;
@@ -658,7 +1032,14 @@ check_existing_group(const PgqGroup *existing, PgqMode mode, text *query,
 
 	values[0] = Int64GetDatum(existing->ref.group_id);
 	/* with the fresh snapshot that found it */
-	if (canonical != NULL)
+	if (have_params)
+		rc = pgq_execute_fresh("SELECT mode, query, block_size, lease, "
+							   "max_attempts, search_path, canonical_query, "
+							   "params, param_types "
+							   "FROM pgq.groups "
+							   "WHERE group_id " OP("=") " $1",
+							   1, argtypes, values);
+	else if (canonical != NULL)
 		rc = pgq_execute_fresh("SELECT mode, query, block_size, lease, "
 							   "max_attempts, search_path, canonical_query "
 							   "FROM pgq.groups "
@@ -697,6 +1078,9 @@ check_existing_group(const PgqGroup *existing, PgqMode mode, text *query,
 						   SPI_getvalue(tuple, tupdesc, 6)) :
 				 errdetail("The existing group's query is \"%s\".", old_query),
 				 errhint("Use another group name, or drop the group first with pgq.drop_group().")));
+	if (have_params)
+		check_same_params(groupname, tuple, tupdesc, param_values,
+						  param_types);
 	if (old_block_size != block_size)
 		ereport(ERROR,
 				(errcode(ERRCODE_DUPLICATE_OBJECT),
@@ -1120,7 +1504,7 @@ materialize_timeout(FunctionCallInfo fcinfo, bool async)
 
 /*
  * pgq.create_group(group_name, query, block_size, mode, async, lease,
- *					max_attempts, timeout, owner) -> boolean
+ *					max_attempts, timeout, owner, params) -> boolean
  *
  * True for the caller that created the group, false for every caller that
  * found it existing with the same definition, and may join it (its own
@@ -1140,6 +1524,12 @@ pgq_create_group(PG_FUNCTION_ARGS)
 	int32		max_attempts;
 	Interval   *timeout;
 	Oid			owner;
+	char	   *query_string;
+	ArrayType  *param_values;
+	PgqQueryParams params;
+	ArrayType  *stored_values = NULL;
+	ArrayType  *stored_types = NULL;
+	bool		have_params;
 	int64		group_id;
 	SPIPlanPtr	plan;
 	char	   *canonical = NULL;
@@ -1175,6 +1565,9 @@ pgq_create_group(PG_FUNCTION_ARGS)
 	timeout = materialize_timeout(fcinfo, async);
 	/* owner => (since 0.2) */
 	owner = PG_NARGS() > 8 && !PG_ARGISNULL(8) ? PG_GETARG_OID(8) : InvalidOid;
+	/* params => (since 0.2) */
+	param_values = PG_NARGS() > 9 && !PG_ARGISNULL(9) ?
+		PG_GETARG_ARRAYTYPE_P(9) : NULL;
 	pgq_check_not_in_recovery("create a group");
 
 	pgq_enter(&scope);
@@ -1187,9 +1580,17 @@ pgq_create_group(PG_FUNCTION_ARGS)
 	 * what the group's does.
 	 */
 	pgq_become_caller(&scope);
-	plan = pgq_prepare_group_query(text_to_cstring(query));
-	if (have_canonical_query())
-		canonical = canonical_query(plan);
+	query_string = text_to_cstring(query);
+	pgq_bind_group_params(query_string, param_values, &params);
+	plan = pgq_prepare_group_query(query_string, &params);
+	if (pgq_groups_have_column("canonical_query"))
+		canonical = canonical_query(plan, &params);
+	have_params = pgq_groups_have_column("params");
+	if (params.nparams > 0)
+	{
+		stored_values = canonical_params(&params);
+		stored_types = param_types_array(&params);
+	}
 	pgq_become_owner(&scope);
 
 	for (;;)
@@ -1197,8 +1598,9 @@ pgq_create_group(PG_FUNCTION_ARGS)
 		PgqGroup	existing;
 
 		CHECK_FOR_INTERRUPTS();
-		group_id = insert_group(name, mode, query, canonical, block_size,
-								lease, max_attempts, timeout);
+		group_id = insert_group(name, mode, query, canonical, stored_values,
+								stored_types, have_params, block_size, lease,
+								max_attempts, timeout);
 		if (group_id != 0)
 		{
 			pgq_check_create_owner(name, PGQ_KIND_QUERY, owner);
@@ -1214,6 +1616,7 @@ pgq_create_group(PG_FUNCTION_ARGS)
 			continue;			/* dropped between our insert and our look */
 		pgq_check_join(&existing, PGQ_KIND_QUERY, owner);
 		if (check_existing_group(&existing, mode, query, canonical,
+								 stored_values, stored_types, have_params,
 								 block_size, lease, max_attempts))
 		{
 			pgq_report_join(&existing);
@@ -1237,7 +1640,7 @@ pgq_create_group(PG_FUNCTION_ARGS)
 
 		sink.scope = &scope;
 		pgq_block_writer_init(&sink.writer, group_id, block_size);
-		total_ids = pgq_run_group_query(plan, block_sink, &sink);
+		total_ids = pgq_run_group_query(plan, &params, block_sink, &sink);
 		pgq_become_owner(&scope);
 		pgq_block_writer_finish(&sink.writer);
 		Assert(total_ids == sink.writer.nids);

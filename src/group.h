@@ -13,8 +13,21 @@
 
 #include "access/htup.h"
 #include "access/tupdesc.h"
+#include "utils/array.h"
 
 #include "pgq.h"
+
+/*
+ * The values of a group's query parameters, $1..$n, bound as SPI takes
+ * them; nparams is 0 for a query without parameters.
+ */
+typedef struct PgqQueryParams
+{
+	int			nparams;
+	Oid		   *types;
+	Datum	   *values;
+	char	   *nulls;			/* 'n' for NULL, ' ' otherwise */
+} PgqQueryParams;
 
 /* Receives a group's ids from pgq_run_group_query(), a fetch at a time. */
 typedef void (*PgqIdSink) (const int64 *ids, int n, void *arg);
@@ -31,9 +44,16 @@ typedef struct PgqBlockWriter
 	MemoryContext scratch;
 } PgqBlockWriter;
 
-extern SPIPlanPtr pgq_prepare_group_query(const char *query);
-extern int64 pgq_run_group_query(SPIPlanPtr query_plan, PgqIdSink sink,
-								 void *arg);
+extern void pgq_bind_group_params(const char *query, ArrayType *values,
+								  PgqQueryParams *params);
+extern void pgq_load_group_params(Datum types, Datum values,
+								  PgqQueryParams *params);
+extern bool pgq_groups_have_column(const char *column);
+extern SPIPlanPtr pgq_prepare_group_query(const char *query,
+										  const PgqQueryParams *params);
+extern int64 pgq_run_group_query(SPIPlanPtr query_plan,
+								 const PgqQueryParams *params,
+								 PgqIdSink sink, void *arg);
 extern void pgq_block_writer_init(PgqBlockWriter *writer, int64 group_id,
 								  int block_size);
 extern void pgq_block_writer_add(PgqBlockWriter *writer, const char *ids,

@@ -931,8 +931,9 @@ apply_settings(const char *search_path, Datum settings)
 }
 
 /*
- * Run the group's query as its creator and stream the ids; returns the
- * number of ids, or -1 if the group is gone.  Inside a transaction.
+ * Run the group's query as its creator, with the parameter values it bound,
+ * and stream the ids; returns the number of ids, or -1 if the group is
+ * gone.  Inside a transaction.
  */
 static int64
 read_group(const PgqMaterializeArgs *args, shm_mq_handle *mqh)
@@ -950,6 +951,9 @@ read_group(const PgqMaterializeArgs *args, shm_mq_handle *mqh)
 	bool		no_timeout;
 	Oid			save_userid;
 	int			save_sec_context;
+	Datum		param_values = (Datum) 0;
+	Datum		param_types = (Datum) 0;
+	PgqQueryParams params;
 	SPIPlanPtr	plan;
 	int64		total;
 	int			rc;
@@ -957,12 +961,18 @@ read_group(const PgqMaterializeArgs *args, shm_mq_handle *mqh)
 	SPI_connect();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	values[0] = Int64GetDatum(args->group_id);
-	rc = SPI_execute_with_args("SELECT query, owner, search_path, settings, "
-							   "materialize_timeout, group_name "
-							   "FROM pgq.groups "
-							   "WHERE group_id " OP("=") " $1 "
-							   "AND state " OP("=") " 'materializing'",
+	/* params and param_types (since 0.2) */
+#define READ_GROUP(params) \
+	"SELECT query, owner, search_path, settings, " \
+	"materialize_timeout, group_name" params " " \
+	"FROM pgq.groups " \
+	"WHERE group_id " OP("=") " $1 " \
+	"AND state " OP("=") " 'materializing'"
+	rc = SPI_execute_with_args(pgq_groups_have_column("params") ?
+							   READ_GROUP(", params, param_types") :
+							   READ_GROUP(""),
 							   1, argtypes, values, NULL, true, 1);
+#undef READ_GROUP
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "could not read group: %s", SPI_result_code_string(rc));
 	if (SPI_processed == 0)
@@ -979,6 +989,14 @@ read_group(const PgqMaterializeArgs *args, shm_mq_handle *mqh)
 	settings = SPI_getbinval(tuple, tupdesc, 4, &isnull);
 	timeout = SPI_getbinval(tuple, tupdesc, 5, &no_timeout);
 	name_worker_group(SPI_getvalue(tuple, tupdesc, 6));
+	if (tupdesc->natts > 6)
+	{
+		param_values = SPI_getbinval(tuple, tupdesc, 7, &isnull);
+		if (!isnull)
+			param_types = SPI_getbinval(tuple, tupdesc, 8, &isnull);
+		if (isnull)
+			param_values = (Datum) 0;
+	}
 
 	if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(owner)))
 		ereport(ERROR,
@@ -991,14 +1009,17 @@ read_group(const PgqMaterializeArgs *args, shm_mq_handle *mqh)
 						   save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
 						   SECURITY_RESTRICTED_OPERATION);
 	apply_settings(search_path, settings);
+	memset(&params, 0, sizeof(params));
+	if (param_values != (Datum) 0)
+		pgq_load_group_params(param_types, param_values, &params);
 
 	/* background workers do not arm statement_timeout: arm it here */
 	if (!no_timeout)
 		enable_timeout_at(STATEMENT_TIMEOUT,
 						  TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 													  pgq_duration_usecs(DatumGetIntervalP(timeout)) / 1000));
-	plan = pgq_prepare_group_query(query);
-	total = pgq_run_group_query(plan, send_ids, mqh);
+	plan = pgq_prepare_group_query(query, &params);
+	total = pgq_run_group_query(plan, &params, send_ids, mqh);
 	if (!no_timeout)
 		disable_timeout(STATEMENT_TIMEOUT, false);
 
