@@ -447,3 +447,15 @@ COMMENT ON FUNCTION pgq.create_group(text, text, integer, text, boolean,
                                      interval, integer, interval, regrole,
                                      text[]) IS
 'create a group of blocks from a query''s ids; true for the caller that created it';
+
+CREATE FUNCTION pgq.item(queue_name text, key text,
+                         OUT block_id bigint, OUT state text,
+                         OUT attempt integer, OUT result jsonb,
+                         OUT result_data bytea, OUT last_error text,
+                         OUT last_error_data bytea)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'pgq_item'
+LANGUAGE C VOLATILE STRICT ROWS 1;
+
+COMMENT ON FUNCTION pgq.item(text, text) IS
+'the item of a key: its id, state and result, or no row; enqueues nothing';

@@ -24,7 +24,8 @@
  *
  * A key is unique per queue, through a unique index: however enqueues race,
  * one inserts and the others find its item.  Done and dead items keep their
- * keys until retention removes them (see worker.c).
+ * keys until retention removes them (see worker.c); pgq.item() looks an
+ * item up by its key.
  *
  *-------------------------------------------------------------------------
  */
@@ -40,6 +41,7 @@
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/timestamp.h"
+#include "utils/tuplestore.h"
 #include "common/pg_prng.h"
 
 #include "pgq.h"
@@ -55,6 +57,11 @@
 #include "wait.h"
 #include "xact.h"
 
+/* InitMaterializedSRF() appeared in 15.1, after SetSingleFuncCall() in 15.0 */
+#if PG_VERSION_NUM < 150001
+#define InitMaterializedSRF(fcinfo, flags) SetSingleFuncCall(fcinfo, flags)
+#endif
+
 /* Limits on user input. */
 #define PGQ_MAX_KEY_BYTES	1024
 #define PGQ_MAX_PRIORITY	32767
@@ -69,6 +76,7 @@ PG_FUNCTION_INFO_V1(pgq_complete_many);
 PG_FUNCTION_INFO_V1(pgq_retry);
 PG_FUNCTION_INFO_V1(pgq_retry_key);
 PG_FUNCTION_INFO_V1(pgq_result);
+PG_FUNCTION_INFO_V1(pgq_item);
 
 /*
  * Appends one entry to an item's error history: what failed, at which
@@ -1624,4 +1632,69 @@ pgq_result(PG_FUNCTION_ARGS)
 	nulls[0] = false;
 	result = heap_form_tuple(tupdesc, values, nulls);
 	PG_RETURN_DATUM(HeapTupleGetDatum(result));
+}
+
+/*
+ * pgq.item(queue_name, key) -> (block_id, state, attempt, result,
+ *								result_data, last_error, last_error_data)
+ *
+ * The item of a key, found without enqueuing anything: one row, or none if
+ * the queue has no item with the key (never had one, or retention removed
+ * it).  A producer that lost track of an id asks this rather than enqueue
+ * again to learn it.  The queue is named, so a caller that may not see it
+ * learns what pgq.retry(queue_name, key) tells it: that the name is taken.
+ */
+Datum
+pgq_item(PG_FUNCTION_ARGS)
+{
+	static SPIPlanPtr plan = NULL;
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	text	   *key = PG_GETARG_TEXT_PP(1);
+	PgqGroup	group;
+	PgqScope	scope;
+	Datum		args[2];
+	int			rc;
+
+	pgq_check_name(PG_GETARG_TEXT_PP(0));
+	check_key(key);
+	InitMaterializedSRF(fcinfo, 0);
+
+	pgq_enter(&scope);
+	SPI_connect();
+	lookup_queue(PG_GETARG_TEXT_PP(0), &group);
+	pgq_check_privilege(&group, PGQ_PRIV_USE);
+	if (plan == NULL)
+	{
+		Oid			argtypes[2] = {INT8OID, TEXTOID};
+
+		/* the binary error: in the last entry of the error history */
+		plan = pgq_keep_plan("SELECT item_id, state, attempt, result, "
+							 "result_data, last_error, "
+							 "pg_catalog.decode(errors " OP("->") " (-1) "
+							 OP("->>") " 'data', 'base64') "
+							 "FROM pgq.items WHERE group_id " OP("=") " $1 "
+							 "AND key " OP("=") " $2",
+							 2, argtypes);
+	}
+	args[0] = Int64GetDatum(group.ref.group_id);
+	args[1] = PointerGetDatum(key);
+	rc = SPI_execute_plan(plan, args, NULL, false, 1);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "could not read item: %s", SPI_result_code_string(rc));
+	if (SPI_processed == 1)
+	{
+		HeapTuple	row = SPI_tuptable->vals[0];
+		TupleDesc	rowdesc = SPI_tuptable->tupdesc;
+		Datum		values[7];
+		bool		nulls[7];
+
+		for (int c = 0; c < 7; c++)
+			values[c] = SPI_getbinval(row, rowdesc, c + 1, &nulls[c]);
+		values[1] = CStringGetTextDatum(item_state_name(DatumGetChar(values[1])));
+		/* the tuplestore copies the row into its own memory */
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	SPI_finish();
+	pgq_leave(&scope);
+	return (Datum) 0;
 }
