@@ -459,3 +459,26 @@ LANGUAGE C VOLATILE STRICT ROWS 1;
 
 COMMENT ON FUNCTION pgq.item(text, text) IS
 'the item of a key: its id, state and result, or no row; enqueues nothing';
+
+CREATE FUNCTION pgq.release_many(block_ids bigint[],
+                                 attempts integer[] DEFAULT NULL,
+                                 worker_id bigint DEFAULT NULL)
+RETURNS bigint[]
+AS 'MODULE_PATHNAME', 'pgq_release_many'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION pgq.release_many(bigint[], integer[], bigint) IS
+'give claimed blocks and items back in one call; returns the ids the caller held';
+
+CREATE FUNCTION pgq.fail_many(block_ids bigint[],
+                              errors text[] DEFAULT NULL,
+                              retry_after interval DEFAULT NULL,
+                              attempts integer[] DEFAULT NULL,
+                              worker_id bigint DEFAULT NULL,
+                              error_data bytea[] DEFAULT NULL)
+RETURNS bigint[]
+AS 'MODULE_PATHNAME', 'pgq_fail_many'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION pgq.fail_many(bigint[], text[], interval, integer[], bigint, bytea[]) IS
+'record failed attempts of claimed blocks and items in one call; returns the ids the caller held';

@@ -2,7 +2,8 @@
  *
  * block.c
  *	  Operations on one claimed block or item: complete, release, fail,
- *	  extend.  Items of queues are handed to queue.c.
+ *	  extend; and the batch forms of release and fail, which do for each id
+ *	  what the single form does.  Items of queues are handed to queue.c.
  *
  * Each looks the block up, then does what the block's claim mode means.  A
  * block that no longer exists (consumed, dropped) gives false.  The holder
@@ -14,8 +15,12 @@
  */
 #include "postgres.h"
 
+#include "catalog/pg_type.h"
 #include "executor/spi.h"
+#include "miscadmin.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 
 #include "pgq.h"
@@ -32,6 +37,8 @@ PG_FUNCTION_INFO_V1(pgq_complete);
 PG_FUNCTION_INFO_V1(pgq_release);
 PG_FUNCTION_INFO_V1(pgq_fail);
 PG_FUNCTION_INFO_V1(pgq_extend);
+PG_FUNCTION_INFO_V1(pgq_release_many);
+PG_FUNCTION_INFO_V1(pgq_fail_many);
 
 /*
  * Start an operation on a block or item: check the id, connect to SPI, look
@@ -175,6 +182,54 @@ pgq_complete_held(int64 block_id, NullableDatum attempt, NullableDatum worker_id
 }
 
 /*
+ * Give a held block or item back (arguments: 0 block_id, 1 attempt, 2
+ * worker_id); false if the caller does not hold it.  Unless "act", only
+ * check what would make the call an error, and change nothing: a batch
+ * checks every id so, before it gives any back.  "function" names the call
+ * in errors.
+ */
+static bool
+release_one(FunctionCallInfo fcinfo, const char *function, bool act)
+{
+	PgqGroup	group;
+	PgqScope	scope;
+	int64		block_id;
+	bool		done = false;
+
+	if (!begin_block_op(fcinfo, "release a block", &group, &scope))
+		return false;
+	block_id = PG_GETARG_INT64(0);
+	if (group.kind == PGQ_KIND_QUEUE && group.mode == PGQ_MODE_LEASE)
+	{
+		if (act)
+			done = pgq_queue_release(&group, block_id, fcinfo);
+		else
+			(void) pgq_required_attempt(fcinfo, 1, true);
+	}
+	else switch (group.mode)
+	{
+		case PGQ_MODE_TRANSACTION:
+			refuse_mode(function, &group, TRANSACTION_MODE_HINT);
+			break;
+		case PGQ_MODE_LEASE:
+			{
+				int32		attempt = pgq_required_attempt(fcinfo, 1, false);
+
+				if (act)
+					done = pgq_lease_release(&group, block_id, attempt);
+			}
+			break;
+		case PGQ_MODE_ADVISORY:
+			require_worker(fcinfo, 2);
+			if (act)
+				done = pgq_advisory_release(&group, block_id);
+			break;
+	}
+	end_block_op(&scope);
+	return done;
+}
+
+/*
  * pgq.release(block_id, attempt, worker_id) -> boolean
  *
  * Give a held block back to the group at once.  False if the caller does not
@@ -183,32 +238,7 @@ pgq_complete_held(int64 block_id, NullableDatum attempt, NullableDatum worker_id
 Datum
 pgq_release(PG_FUNCTION_ARGS)
 {
-	PgqGroup	group;
-	PgqScope	scope;
-	int64		block_id;
-	bool		done = false;
-
-	if (!begin_block_op(fcinfo, "release a block", &group, &scope))
-		PG_RETURN_BOOL(false);
-	block_id = PG_GETARG_INT64(0);
-	if (group.kind == PGQ_KIND_QUEUE && group.mode == PGQ_MODE_LEASE)
-		done = pgq_queue_release(&group, block_id, fcinfo);
-	else switch (group.mode)
-	{
-		case PGQ_MODE_TRANSACTION:
-			refuse_mode("pgq.release()", &group, TRANSACTION_MODE_HINT);
-			break;
-		case PGQ_MODE_LEASE:
-			done = pgq_lease_release(&group, block_id,
-									 pgq_required_attempt(fcinfo, 1, false));
-			break;
-		case PGQ_MODE_ADVISORY:
-			require_worker(fcinfo, 2);
-			done = pgq_advisory_release(&group, block_id);
-			break;
-	}
-	end_block_op(&scope);
-	PG_RETURN_BOOL(done);
+	PG_RETURN_BOOL(release_one(fcinfo, "pgq.release()", true));
 }
 
 /*
@@ -228,6 +258,59 @@ refuse_error_data(FunctionCallInfo fcinfo, const PgqGroup *group)
 }
 
 /*
+ * Record a failed attempt of a held block or item (arguments: 0 block_id,
+ * 1 error, 2 retry_after, which the caller checked, 3 attempt, 4 worker_id,
+ * 5 error_data); false if the caller does not hold it.  "act" and
+ * "function" as for release_one().
+ */
+static bool
+fail_one(FunctionCallInfo fcinfo, const char *function, bool act)
+{
+	PgqGroup	group;
+	PgqScope	scope;
+	int64		block_id;
+	text	   *error = PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1);
+	Interval   *retry_after = PG_ARGISNULL(2) ? NULL : PG_GETARG_INTERVAL_P(2);
+	bool		done = false;
+
+	if (!begin_block_op(fcinfo, "fail a block", &group, &scope))
+		return false;
+	block_id = PG_GETARG_INT64(0);
+	if (group.kind == PGQ_KIND_QUEUE)
+	{
+		if (act)
+			done = pgq_queue_fail(&group, block_id, fcinfo, error, retry_after);
+		else if (group.mode == PGQ_MODE_LEASE)
+			(void) pgq_required_attempt(fcinfo, 3, true);
+	}
+	else switch (group.mode)
+	{
+		case PGQ_MODE_TRANSACTION:
+			refuse_mode(function, &group, TRANSACTION_MODE_HINT);
+			break;
+		case PGQ_MODE_LEASE:
+			{
+				int32		attempt;
+
+				refuse_error_data(fcinfo, &group);
+				attempt = pgq_required_attempt(fcinfo, 3, false);
+				if (act)
+					done = pgq_lease_fail(&group, block_id, attempt, error,
+										  retry_after);
+			}
+			break;
+		case PGQ_MODE_ADVISORY:
+			refuse_error_data(fcinfo, &group);
+			require_worker(fcinfo, 4);
+			if (act)
+				done = pgq_advisory_fail(&group, block_id, error, retry_after);
+			break;
+	}
+	end_block_op(&scope);
+	return done;
+}
+
+/*
  * pgq.fail(block_id, error, retry_after, attempt, worker_id, error_data)
  *	 -> boolean
  *
@@ -238,39 +321,9 @@ refuse_error_data(FunctionCallInfo fcinfo, const PgqGroup *group)
 Datum
 pgq_fail(PG_FUNCTION_ARGS)
 {
-	PgqGroup	group;
-	PgqScope	scope;
-	int64		block_id;
-	text	   *error = PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1);
-	Interval   *retry_after = PG_ARGISNULL(2) ? NULL : PG_GETARG_INTERVAL_P(2);
-	bool		done = false;
-
-	if (retry_after != NULL)
-		pgq_check_retry_after(retry_after);
-	if (!begin_block_op(fcinfo, "fail a block", &group, &scope))
-		PG_RETURN_BOOL(false);
-	block_id = PG_GETARG_INT64(0);
-	if (group.kind == PGQ_KIND_QUEUE)
-		done = pgq_queue_fail(&group, block_id, fcinfo, error, retry_after);
-	else switch (group.mode)
-	{
-		case PGQ_MODE_TRANSACTION:
-			refuse_mode("pgq.fail()", &group, TRANSACTION_MODE_HINT);
-			break;
-		case PGQ_MODE_LEASE:
-			refuse_error_data(fcinfo, &group);
-			done = pgq_lease_fail(&group, block_id,
-								  pgq_required_attempt(fcinfo, 3, false),
-								  error, retry_after);
-			break;
-		case PGQ_MODE_ADVISORY:
-			refuse_error_data(fcinfo, &group);
-			require_worker(fcinfo, 4);
-			done = pgq_advisory_fail(&group, block_id, error, retry_after);
-			break;
-	}
-	end_block_op(&scope);
-	PG_RETURN_BOOL(done);
+	if (!PG_ARGISNULL(2))
+		pgq_check_retry_after(PG_GETARG_INTERVAL_P(2));
+	PG_RETURN_BOOL(fail_one(fcinfo, "pgq.fail()", true));
 }
 
 /*
@@ -303,4 +356,190 @@ pgq_extend(PG_FUNCTION_ARGS)
 								PG_GETARG_INTERVAL_P(1));
 	end_block_op(&scope);
 	PG_RETURN_BOOL(done);
+}
+
+/* An array argument of a batch call: NULL (n = -1) or its elements. */
+typedef struct BatchArg
+{
+	Datum	   *values;
+	bool	   *nulls;
+	int			n;
+} BatchArg;
+
+/*
+ * Read the array argument "argno" of a batch call into *out: it must be
+ * one-dimensional and, unless NULL, have one element per id (nids; -1 for
+ * the ids themselves).
+ */
+static void
+get_batch_arg(FunctionCallInfo fcinfo, int argno, const char *argname,
+			  Oid elemtype, int nids, BatchArg *out)
+{
+	ArrayType  *array;
+	int16		typlen;
+	bool		typbyval;
+	char		typalign;
+
+	out->n = -1;
+	out->values = NULL;
+	out->nulls = NULL;
+	if (PG_ARGISNULL(argno))
+		return;
+	array = PG_GETARG_ARRAYTYPE_P(argno);
+	if (ARR_NDIM(array) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("%s must be a one-dimensional array", argname)));
+	get_typlenbyvalalign(elemtype, &typlen, &typbyval, &typalign);
+	deconstruct_array(array, elemtype, typlen, typbyval, typalign,
+					  &out->values, &out->nulls, &out->n);
+	if (nids >= 0 && out->n != nids)
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("%s must have one element per block id", argname),
+				 errhint("Pass NULL, or one element per block id, in the same order.")));
+}
+
+/* Read the block_ids argument of a batch call: not NULL, without NULLs. */
+static void
+get_batch_ids(FunctionCallInfo fcinfo, BatchArg *ids)
+{
+	pgq_check_arg_not_null(fcinfo, 0, "block_ids");
+	get_batch_arg(fcinfo, 0, "block_ids", INT8OID, -1, ids);
+	for (int i = 0; i < ids->n; i++)
+	{
+		if (ids->nulls[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("block_ids must not contain NULL")));
+	}
+}
+
+/* Element i of a batch argument, as the argument of a single call. */
+static NullableDatum
+batch_elem(const BatchArg *arg, int i)
+{
+	NullableDatum d;
+
+	d.isnull = arg->n < 0 || arg->nulls[i];
+	d.value = d.isnull ? (Datum) 0 : arg->values[i];
+	return d;
+}
+
+/* qsort comparator: int64s, ascending */
+static int
+compare_int64(const void *a, const void *b)
+{
+	int64		x = *(const int64 *) a;
+	int64		y = *(const int64 *) b;
+
+	return (x > y) - (x < y);
+}
+
+/*
+ * The ids that a batch call handled (done[0..ndone-1]), as a bigint[] in
+ * ascending order, as pgq.complete_many() returns them.
+ */
+static Datum
+batch_result(int64 *done, int ndone)
+{
+	Datum	   *elems = palloc(Max(ndone, 1) * sizeof(Datum));
+
+	qsort(done, ndone, sizeof(int64), compare_int64);
+	for (int i = 0; i < ndone; i++)
+		elems[i] = Int64GetDatum(done[i]);
+	return PointerGetDatum(construct_array(elems, ndone, INT8OID,
+										   sizeof(int64), FLOAT8PASSBYVAL,
+										   TYPALIGN_DOUBLE));
+}
+
+/*
+ * pgq.release_many(block_ids, attempts, worker_id) -> bigint[]
+ *
+ * Give many held blocks and items back, each under the proof that
+ * pgq.release() takes: its attempt in lease mode, worker_id in advisory
+ * mode.  Returns the ids given back: those the caller held.  Every id is
+ * checked before any is given back, since an advisory lock given back is
+ * not taken again by the rollback of an error that comes later.
+ */
+Datum
+pgq_release_many(PG_FUNCTION_ARGS)
+{
+	LOCAL_FCINFO(one, 3);
+	BatchArg	ids;
+	BatchArg	attempts;
+	int64	   *done;
+	int			ndone = 0;
+
+	get_batch_ids(fcinfo, &ids);
+	get_batch_arg(fcinfo, 1, "attempts", INT4OID, ids.n, &attempts);
+	pgq_check_not_in_recovery("release blocks");
+	done = palloc(Max(ids.n, 1) * sizeof(int64));
+
+	InitFunctionCallInfoData(*one, NULL, 3, InvalidOid, NULL, NULL);
+	for (int pass = 0; pass < 2; pass++)
+	{
+		for (int i = 0; i < ids.n; i++)
+		{
+			CHECK_FOR_INTERRUPTS();
+			one->args[0] = batch_elem(&ids, i);
+			one->args[1] = batch_elem(&attempts, i);
+			one->args[2].value = PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2);
+			one->args[2].isnull = PG_ARGISNULL(2);
+			if (release_one(one, "pgq.release_many()", pass == 1))
+				done[ndone++] = DatumGetInt64(ids.values[i]);
+		}
+	}
+	PG_RETURN_DATUM(batch_result(done, ndone));
+}
+
+/*
+ * pgq.fail_many(block_ids, errors, retry_after, attempts, worker_id,
+ *				 error_data) -> bigint[]
+ *
+ * Record a failed attempt of many held blocks and items, each with its
+ * error, under the proof that pgq.fail() takes: its attempt in lease mode,
+ * worker_id in advisory mode, the calling transaction's claim in a
+ * transaction-mode queue.  Returns the ids failed: those the caller held.
+ * Every id is checked first, as pgq.release_many() does.
+ */
+Datum
+pgq_fail_many(PG_FUNCTION_ARGS)
+{
+	LOCAL_FCINFO(one, 6);
+	BatchArg	ids;
+	BatchArg	errors;
+	BatchArg	attempts;
+	BatchArg	error_data;
+	int64	   *done;
+	int			ndone = 0;
+
+	get_batch_ids(fcinfo, &ids);
+	get_batch_arg(fcinfo, 1, "errors", TEXTOID, ids.n, &errors);
+	get_batch_arg(fcinfo, 3, "attempts", INT4OID, ids.n, &attempts);
+	get_batch_arg(fcinfo, 5, "error_data", BYTEAOID, ids.n, &error_data);
+	if (!PG_ARGISNULL(2))
+		pgq_check_retry_after(PG_GETARG_INTERVAL_P(2));
+	pgq_check_not_in_recovery("fail blocks");
+	done = palloc(Max(ids.n, 1) * sizeof(int64));
+
+	InitFunctionCallInfoData(*one, NULL, 6, InvalidOid, NULL, NULL);
+	for (int pass = 0; pass < 2; pass++)
+	{
+		for (int i = 0; i < ids.n; i++)
+		{
+			CHECK_FOR_INTERRUPTS();
+			one->args[0] = batch_elem(&ids, i);
+			one->args[1] = batch_elem(&errors, i);
+			one->args[2].value = PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2);
+			one->args[2].isnull = PG_ARGISNULL(2);
+			one->args[3] = batch_elem(&attempts, i);
+			one->args[4].value = PG_ARGISNULL(4) ? (Datum) 0 : PG_GETARG_DATUM(4);
+			one->args[4].isnull = PG_ARGISNULL(4);
+			one->args[5] = batch_elem(&error_data, i);
+			if (fail_one(one, "pgq.fail_many()", pass == 1))
+				done[ndone++] = DatumGetInt64(ids.values[i]);
+		}
+	}
+	PG_RETURN_DATUM(batch_result(done, ndone));
 }
