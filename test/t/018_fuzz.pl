@@ -720,6 +720,71 @@ sub gen_complete_many
 	return ('complete_many', 'SELECT pgq.complete_many(' . join(', ', @args) . ')');
 }
 
+# Ids of held claims of every mode (some stale, some unknown), and their
+# attempts, for the batch forms of release and fail: (ids, attempts) as
+# array expressions, or odd arrays.
+sub many_ids_atts
+{
+	my @kinds = @_;
+	my $r = rand();
+	if ($r < 0.08)
+	{
+		return ('(SELECT array_agg(g) FROM generate_series(1, 100000) g)',
+			'(SELECT array_agg(1) FROM generate_series(1, 100000) g)');
+	}
+	if ($r < 0.13)
+	{
+		return ("'[-5:-4]={1,2}'::bigint[]", "'[7:8]={1,1}'::int[]");
+	}
+	my $n = pick(0, 1, 2, 3, 5);
+	my (@i, @a);
+	for (1 .. $n)
+	{
+		my ($id, $att) = id_att(@kinds);
+		push @i, $id;
+		push @a, $att;
+	}
+	my $ids = array_of('bigint', $n, sub { shift(@i) // pick(@int8s) });
+	my $atts = chance(0.85)
+	  ? array_of('int', $n, sub { shift(@a) // pick(@int4s) })
+	  : array_of('int', pick(0, 1, 2, 7), sub { pick(@int4s) });
+	return ($ids, $atts, $n);
+}
+
+sub gen_release_many
+{
+	my ($ids, $atts) = many_ids_atts(qw(L L I I A A C B Q T));
+	my @args = ($ids);
+	push @args, chance(0.2) ? $atts : "attempts => $atts" if chance(0.8);
+	push @args, 'worker_id => ' . worker_arg() if chance(0.5);
+	return ('release_many', 'SELECT pgq.release_many(' . join(', ', @args) . ')');
+}
+
+sub gen_fail_many
+{
+	my ($ids, $atts, $n) = many_ids_atts(qw(L L I I T T A A C B Q));
+	$n //= pick(0, 1, 3);
+	my @args = ($ids);
+	push @args, 'errors => '
+	  . array_of('text', chance(0.8) ? $n : pick(0, 1, 9), sub { pick(@texts) })
+	  if chance(0.6);
+	push @args, 'retry_after => ' . pick(@intervals, "'0'", "'1 ms'") if chance(0.4);
+	push @args, "attempts => $atts" if chance(0.8);
+	push @args, 'worker_id => ' . worker_arg() if chance(0.5);
+	push @args, 'error_data => '
+	  . array_of('bytea', chance(0.8) ? $n : pick(0, 1, 9), sub { pick(@byteas) })
+	  if chance(0.2);
+	return ('fail_many', 'SELECT pgq.fail_many(' . join(', ', @args) . ')');
+}
+
+sub gen_item
+{
+	my $args = chance(0.6) ? '@@K@@'
+	  : join(', ', name_arg(queue => 1), pick(@keys));
+	return ('item', pick("SELECT * FROM pgq.item($args)",
+		"SELECT pgq.item($args)", "SELECT count(*) FROM pgq.item($args)"));
+}
+
 sub gen_register_worker
 {
 	my $c = chance(0.3) ? 'pgq.register_worker()'
@@ -970,6 +1035,8 @@ my %generator_of = (
 	create_queue => [ \&gen_create_queue, 5 ], enqueue => [ \&gen_enqueue, 9 ],
 	enqueue_many => [ \&gen_enqueue_many, 5 ], retry => [ \&gen_retry, 3 ],
 	'retry(key)' => [ \&gen_retry_key, 2 ], result => [ \&gen_result, 5 ],
+	release_many => [ \&gen_release_many, 3 ],
+	fail_many => [ \&gen_fail_many, 3 ], item => [ \&gen_item, 2 ],
 	wake_maintenance => [ \&gen_wake_maintenance, 1 ],
 	inflight => [ \&gen_inflight, 2 ], grant => [ \&gen_grant, 3 ],
 	may_see => [ \&gen_may_see, 1 ], pause => [ \&gen_pause, 2 ],
@@ -1518,7 +1585,7 @@ my $violations = $node->safe_psql('fuzz', q{
 	UNION ALL
 	SELECT 'blocks with attempts out of range', count(*) FROM pgq.blocks b
 	JOIN pgq.groups g USING (group_id)
-	WHERE b.attempt < 0 OR b.attempt > g.max_attempts
+	WHERE b.attempt < 0 OR coalesce(b.tries, b.attempt) > g.max_attempts
 	UNION ALL
 	SELECT 'blocks without ids, or with more than the block size', count(*)
 	FROM pgq.blocks b JOIN pgq.groups g USING (group_id)
@@ -1671,6 +1738,9 @@ my @races = (
 	[ 'release', 'queue_claimed', sub { "SELECT pgq.release($_[1], attempt => $_[2])" } ],
 	[ 'extend', 'lease_claimed', sub { "SELECT pgq.extend($_[1], '1 hour', attempt => $_[2])" } ],
 	[ 'result', 'queue_claimed', sub { "SELECT state FROM pgq.result($_[1])" } ],
+	[ 'release_many', 'queue_claimed', sub { "SELECT pgq.release_many(ARRAY[$_[1]], ARRAY[$_[2]])" } ],
+	[ 'fail_many', 'lease_claimed', sub { "SELECT pgq.fail_many(ARRAY[$_[1]], ARRAY['e'], attempts => ARRAY[$_[2]])" } ],
+	[ 'item', 'queue_claimed', sub { "SELECT state FROM pgq.item('$_[0]', 'k')" } ],
 	[ 'retry', 'queue_done', sub { "SELECT pgq.retry($_[1])" } ],
 	[ 'retry by key', 'queue_done', sub { "SELECT pgq.retry('$_[0]', 'k')" } ],
 	[ 'create_queue joining', 'queue', sub { "SELECT pgq.create_queue('$_[0]')" } ],
