@@ -426,33 +426,6 @@ batch_elem(const BatchArg *arg, int i)
 	return d;
 }
 
-/* qsort comparator: int64s, ascending */
-static int
-compare_int64(const void *a, const void *b)
-{
-	int64		x = *(const int64 *) a;
-	int64		y = *(const int64 *) b;
-
-	return (x > y) - (x < y);
-}
-
-/*
- * The ids that a batch call handled (done[0..ndone-1]), as a bigint[] in
- * ascending order, as pgq.complete_many() returns them.
- */
-static Datum
-batch_result(int64 *done, int ndone)
-{
-	Datum	   *elems = palloc(Max(ndone, 1) * sizeof(Datum));
-
-	qsort(done, ndone, sizeof(int64), compare_int64);
-	for (int i = 0; i < ndone; i++)
-		elems[i] = Int64GetDatum(done[i]);
-	return PointerGetDatum(construct_array(elems, ndone, INT8OID,
-										   sizeof(int64), FLOAT8PASSBYVAL,
-										   TYPALIGN_DOUBLE));
-}
-
 /*
  * pgq.release_many(block_ids, attempts, worker_id) -> bigint[]
  *
@@ -490,7 +463,7 @@ pgq_release_many(PG_FUNCTION_ARGS)
 				done[ndone++] = DatumGetInt64(ids.values[i]);
 		}
 	}
-	PG_RETURN_DATUM(batch_result(done, ndone));
+	PG_RETURN_DATUM(pgq_sorted_ids(done, ndone));
 }
 
 /*
@@ -541,5 +514,5 @@ pgq_fail_many(PG_FUNCTION_ARGS)
 				done[ndone++] = DatumGetInt64(ids.values[i]);
 		}
 	}
-	PG_RETURN_DATUM(batch_result(done, ndone));
+	PG_RETURN_DATUM(pgq_sorted_ids(done, ndone));
 }

@@ -288,6 +288,33 @@ pgq_check_retry_after(const Interval *retry_after)
 															   IntervalPGetDatum(retry_after))))));
 }
 
+/* qsort and bsearch comparator: int64s, ascending */
+int
+pgq_compare_int64(const void *a, const void *b)
+{
+	int64		x = *(const int64 *) a;
+	int64		y = *(const int64 *) b;
+
+	return (x > y) - (x < y);
+}
+
+/*
+ * The ids that a batch call handled, ids[0..n-1] (sorted in place), as a
+ * bigint[] in ascending order: what pgq.complete_many() and the other batch
+ * forms return.  In the current memory context.
+ */
+Datum
+pgq_sorted_ids(int64 *ids, int n)
+{
+	Datum	   *elems = palloc(Max(n, 1) * sizeof(Datum));
+
+	qsort(ids, n, sizeof(int64), pgq_compare_int64);
+	for (int i = 0; i < n; i++)
+		elems[i] = Int64GetDatum(ids[i]);
+	return PointerGetDatum(construct_array(elems, n, INT8OID, sizeof(int64),
+										   FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+}
+
 /* start + span, as the server computes timestamptz + interval */
 TimestampTz
 pgq_time_after(TimestampTz start, const Interval *span)

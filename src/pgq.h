@@ -107,5 +107,7 @@ extern const char *pgq_mode_name(PgqMode mode);
 extern PgqGroupState pgq_parse_state(const char *state);
 extern SPIPlanPtr pgq_keep_plan(const char *sql, int nargs, Oid *argtypes);
 extern TimestampTz pgq_time_after(TimestampTz start, const Interval *span);
+extern int	pgq_compare_int64(const void *a, const void *b);
+extern Datum pgq_sorted_ids(int64 *ids, int n);
 
 #endif							/* PGQ_H */

@@ -1087,16 +1087,6 @@ pgq_queue_extend(const PgqGroup *group, int64 item_id, int32 attempt,
 					   4, argtypes, values, NULL);
 }
 
-/* qsort comparator: int64s, ascending */
-static int
-compare_int64(const void *a, const void *b)
-{
-	int64		x = *(const int64 *) a;
-	int64		y = *(const int64 *) b;
-
-	return (x > y) - (x < y);
-}
-
 /*
  * Wake, at commit, the groups named by the rows (group_id, created_at) of
  * the last SPI statement, from column "col" on.
@@ -1256,7 +1246,6 @@ pgq_complete_many(PG_FUNCTION_ARGS)
 	ArgArray	attempts;
 	ArgArray	results;
 	int64	   *done;
-	Datum	   *result;
 	int			ndone = 0;
 	int			nrest = 0;
 	bool		blocks_first;
@@ -1299,14 +1288,14 @@ pgq_complete_many(PG_FUNCTION_ARGS)
 	 * Blocks.  The ids that are not (or, after the items, not completed)
 	 * keep their places at the front of the arrays, for complete_items().
 	 */
-	qsort(done, ndone, sizeof(int64), compare_int64);
+	qsort(done, ndone, sizeof(int64), pgq_compare_int64);
 	for (int i = 0; i < ids.n; i++)
 	{
 		int64		id = DatumGetInt64(ids.values[i]);
 
 		CHECK_FOR_INTERRUPTS();
 		if (!blocks_first &&
-			bsearch(&id, done, ndone, sizeof(int64), compare_int64) != NULL)
+			bsearch(&id, done, ndone, sizeof(int64), pgq_compare_int64) != NULL)
 			continue;			/* an item, completed */
 		if (!pgq_lookup_block(id, &group))
 		{
@@ -1334,12 +1323,7 @@ pgq_complete_many(PG_FUNCTION_ARGS)
 	pgq_leave(&scope);
 
 	/* the Datums made here, in the caller's memory, not SPI's */
-	qsort(done, ndone, sizeof(int64), compare_int64);
-	result = palloc(Max(ndone, 1) * sizeof(Datum));
-	for (int i = 0; i < ndone; i++)
-		result[i] = Int64GetDatum(done[i]);
-	PG_RETURN_ARRAYTYPE_P(construct_array(result, ndone, INT8OID, sizeof(int64),
-										  FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	PG_RETURN_DATUM(pgq_sorted_ids(done, ndone));
 }
 
 /* The name a user sees for an item's state. */
