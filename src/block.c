@@ -20,7 +20,6 @@
 #include "miscadmin.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
-#include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 
 #include "pgq.h"
@@ -358,14 +357,6 @@ pgq_extend(PG_FUNCTION_ARGS)
 	PG_RETURN_BOOL(done);
 }
 
-/* An array argument of a batch call: NULL (n = -1) or its elements. */
-typedef struct BatchArg
-{
-	Datum	   *values;
-	bool	   *nulls;
-	int			n;
-} BatchArg;
-
 /*
  * Read the array argument "argno" of a batch call into *out: it must be
  * one-dimensional and, unless NULL, have one element per id (nids; -1 for
@@ -373,26 +364,9 @@ typedef struct BatchArg
  */
 static void
 get_batch_arg(FunctionCallInfo fcinfo, int argno, const char *argname,
-			  Oid elemtype, int nids, BatchArg *out)
+			  Oid elemtype, int nids, PgqArrayArg *out)
 {
-	ArrayType  *array;
-	int16		typlen;
-	bool		typbyval;
-	char		typalign;
-
-	out->n = -1;
-	out->values = NULL;
-	out->nulls = NULL;
-	if (PG_ARGISNULL(argno))
-		return;
-	array = PG_GETARG_ARRAYTYPE_P(argno);
-	if (ARR_NDIM(array) > 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
-				 errmsg("%s must be a one-dimensional array", argname)));
-	get_typlenbyvalalign(elemtype, &typlen, &typbyval, &typalign);
-	deconstruct_array(array, elemtype, typlen, typbyval, typalign,
-					  &out->values, &out->nulls, &out->n);
+	pgq_get_array_arg(fcinfo, argno, argname, elemtype, out);
 	if (nids >= 0 && out->n != nids)
 		ereport(ERROR,
 				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
@@ -402,7 +376,7 @@ get_batch_arg(FunctionCallInfo fcinfo, int argno, const char *argname,
 
 /* Read the block_ids argument of a batch call: not NULL, without NULLs. */
 static void
-get_batch_ids(FunctionCallInfo fcinfo, BatchArg *ids)
+get_batch_ids(FunctionCallInfo fcinfo, PgqArrayArg *ids)
 {
 	pgq_check_arg_not_null(fcinfo, 0, "block_ids");
 	get_batch_arg(fcinfo, 0, "block_ids", INT8OID, -1, ids);
@@ -417,7 +391,7 @@ get_batch_ids(FunctionCallInfo fcinfo, BatchArg *ids)
 
 /* Element i of a batch argument, as the argument of a single call. */
 static NullableDatum
-batch_elem(const BatchArg *arg, int i)
+batch_elem(const PgqArrayArg *arg, int i)
 {
 	NullableDatum d;
 
@@ -439,8 +413,8 @@ Datum
 pgq_release_many(PG_FUNCTION_ARGS)
 {
 	LOCAL_FCINFO(one, 3);
-	BatchArg	ids;
-	BatchArg	attempts;
+	PgqArrayArg	ids;
+	PgqArrayArg	attempts;
 	int64	   *done;
 	int			ndone = 0;
 
@@ -480,10 +454,10 @@ Datum
 pgq_fail_many(PG_FUNCTION_ARGS)
 {
 	LOCAL_FCINFO(one, 6);
-	BatchArg	ids;
-	BatchArg	errors;
-	BatchArg	attempts;
-	BatchArg	error_data;
+	PgqArrayArg	ids;
+	PgqArrayArg	errors;
+	PgqArrayArg	attempts;
+	PgqArrayArg	error_data;
 	int64	   *done;
 	int			ndone = 0;
 

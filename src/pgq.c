@@ -21,6 +21,7 @@
 #include "storage/shmem.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 
 #include "pgq.h"
@@ -286,6 +287,34 @@ pgq_check_retry_after(const Interval *retry_after)
 				 errdetail("The delay given is %s.",
 						   DatumGetCString(DirectFunctionCall1(interval_out,
 															   IntervalPGetDatum(retry_after))))));
+}
+
+/*
+ * Read the array argument "argno" (of element type "elemtype") into *out:
+ * its elements, or n = -1 if it is NULL.  It must be one-dimensional.
+ */
+void
+pgq_get_array_arg(FunctionCallInfo fcinfo, int argno, const char *argname,
+				  Oid elemtype, PgqArrayArg *out)
+{
+	ArrayType  *array;
+	int16		typlen;
+	bool		typbyval;
+	char		typalign;
+
+	out->n = -1;
+	out->values = NULL;
+	out->nulls = NULL;
+	if (PG_ARGISNULL(argno))
+		return;
+	array = PG_GETARG_ARRAYTYPE_P(argno);
+	if (ARR_NDIM(array) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("%s must be a one-dimensional array", argname)));
+	get_typlenbyvalalign(elemtype, &typlen, &typbyval, &typalign);
+	deconstruct_array(array, elemtype, typlen, typbyval, typalign,
+					  &out->values, &out->nulls, &out->n);
 }
 
 /* qsort and bsearch comparator: int64s, ascending */

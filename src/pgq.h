@@ -107,6 +107,17 @@ extern const char *pgq_mode_name(PgqMode mode);
 extern PgqGroupState pgq_parse_state(const char *state);
 extern SPIPlanPtr pgq_keep_plan(const char *sql, int nargs, Oid *argtypes);
 extern TimestampTz pgq_time_after(TimestampTz start, const Interval *span);
+/* An array argument: its elements, or n = -1 if it is NULL. */
+typedef struct PgqArrayArg
+{
+	Datum	   *values;
+	bool	   *nulls;
+	int			n;
+} PgqArrayArg;
+
+extern void pgq_get_array_arg(FunctionCallInfo fcinfo, int argno,
+							  const char *argname, Oid elemtype,
+							  PgqArrayArg *out);
 extern int	pgq_compare_int64(const void *a, const void *b);
 extern Datum pgq_sorted_ids(int64 *ids, int n);
 

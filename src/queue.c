@@ -454,36 +454,6 @@ pgq_enqueue(PG_FUNCTION_ARGS)
 	PG_RETURN_INT64(id);
 }
 
-/* Elements of a one-dimensional array argument, or n = -1 if it is NULL. */
-typedef struct ArgArray
-{
-	Datum	   *values;
-	bool	   *nulls;
-	int			n;
-} ArgArray;
-
-static void
-get_arg_array(FunctionCallInfo fcinfo, int argno, const char *argname,
-			  Oid elemtype, ArgArray *out)
-{
-	ArrayType  *array;
-	int16		typlen;
-	bool		typbyval;
-	char		typalign;
-
-	out->n = -1;
-	if (PG_ARGISNULL(argno))
-		return;
-	array = PG_GETARG_ARRAYTYPE_P(argno);
-	if (ARR_NDIM(array) > 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
-				 errmsg("%s must be a one-dimensional array", argname)));
-	get_typlenbyvalalign(elemtype, &typlen, &typbyval, &typalign);
-	deconstruct_array(array, elemtype, typlen, typbyval, typalign,
-					  &out->values, &out->nulls, &out->n);
-}
-
 /*
  * pgq.enqueue_many(group_name, payloads, keys, priority, run_at, data)
  *	  -> bigint[]
@@ -497,9 +467,9 @@ Datum
 pgq_enqueue_many(PG_FUNCTION_ARGS)
 {
 	PgqGroup	group;
-	ArgArray	payloads;
-	ArgArray	keys;
-	ArgArray	data;
+	PgqArrayArg	payloads;
+	PgqArrayArg	keys;
+	PgqArrayArg	data;
 	int			n = -1;
 	int32		priority;
 	PgqNewItem	item;
@@ -514,9 +484,9 @@ pgq_enqueue_many(PG_FUNCTION_ARGS)
 	pgq_check_name(PG_GETARG_TEXT_PP(0));
 	priority = PG_GETARG_INT32(3);
 	check_priority(priority);
-	get_arg_array(fcinfo, 1, "payloads", JSONBOID, &payloads);
-	get_arg_array(fcinfo, 2, "keys", TEXTOID, &keys);
-	get_arg_array(fcinfo, 5, "data", BYTEAOID, &data);
+	pgq_get_array_arg(fcinfo, 1, "payloads", JSONBOID, &payloads);
+	pgq_get_array_arg(fcinfo, 2, "keys", TEXTOID, &keys);
+	pgq_get_array_arg(fcinfo, 5, "data", BYTEAOID, &data);
 	if (payloads.n < 0 && data.n < 0)
 		report_no_payload();
 	n = Max(payloads.n, data.n);
@@ -1171,7 +1141,7 @@ queues_to_complete(Datum ids)
  * SPI_finish() frees what it points to.
  */
 static void
-complete_items(ArgArray *ids, ArgArray *attempts, ArgArray *results, int n,
+complete_items(PgqArrayArg *ids, PgqArrayArg *attempts, PgqArrayArg *results, int n,
 			   int64 *done, int *ndone)
 {
 	Oid			argtypes[4] = {INT8ARRAYOID, INT4ARRAYOID, JSONBARRAYOID,
@@ -1242,9 +1212,9 @@ complete_items(ArgArray *ids, ArgArray *attempts, ArgArray *results, int n,
 Datum
 pgq_complete_many(PG_FUNCTION_ARGS)
 {
-	ArgArray	ids;
-	ArgArray	attempts;
-	ArgArray	results;
+	PgqArrayArg	ids;
+	PgqArrayArg	attempts;
+	PgqArrayArg	results;
 	int64	   *done;
 	int			ndone = 0;
 	int			nrest = 0;
@@ -1253,9 +1223,9 @@ pgq_complete_many(PG_FUNCTION_ARGS)
 	PgqScope	scope;
 
 	pgq_check_arg_not_null(fcinfo, 0, "block_ids");
-	get_arg_array(fcinfo, 0, "block_ids", INT8OID, &ids);
-	get_arg_array(fcinfo, 1, "attempts", INT4OID, &attempts);
-	get_arg_array(fcinfo, 2, "results", JSONBOID, &results);
+	pgq_get_array_arg(fcinfo, 0, "block_ids", INT8OID, &ids);
+	pgq_get_array_arg(fcinfo, 1, "attempts", INT4OID, &attempts);
+	pgq_get_array_arg(fcinfo, 2, "results", JSONBOID, &results);
 	if (attempts.n != ids.n)
 		ereport(ERROR,
 				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
