@@ -367,7 +367,7 @@ get_batch_arg(FunctionCallInfo fcinfo, int argno, const char *argname,
 			  Oid elemtype, int nids, PgqArrayArg *out)
 {
 	pgq_get_array_arg(fcinfo, argno, argname, elemtype, out);
-	if (nids >= 0 && out->n != nids)
+	if (out->n >= 0 && nids >= 0 && out->n != nids)
 		ereport(ERROR,
 				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
 				 errmsg("%s must have one element per block id", argname),
