@@ -378,7 +378,11 @@ reserve_held(void)
 	}
 }
 
-/* Add a block to the held list; its lock is taken and counted already. */
+/*
+ * Add a block to the held list, and count it as claimed (out of what a scan
+ * for pending blocks counted ahead, if it did); its lock is taken and counted
+ * against the limits already.
+ */
 static void
 remember_held(const PgqGroupRef *group, int64 block_id)
 {
@@ -388,7 +392,7 @@ remember_held(const PgqGroupRef *group, int64 block_id)
 	held[nheld].installation = installation;
 	held[nheld].role = budget_role;
 	nheld++;
-	pgq_claimed_add(group, 1);
+	pgq_xact_count_claimed(group, 1);
 }
 
 /*
@@ -603,6 +607,7 @@ take_block(const PgqGroup *group, int64 block_id, PgqBlockScan *found,
 	if (verify_locked(group, block_id, found, block, cxt))
 		return true;
 	forget_held(find_held(block_id), false);
+	pgq_xact_claiming_stale();
 	return false;
 }
 
@@ -684,6 +689,7 @@ lock_candidates(const PgqGroup *group, PgqBlockScan *scan, int limit,
 			break;
 		}
 		*last = block_id;
+		pgq_xact_claiming_count(limit - n);
 		if (take_block(group, block_id, scan, &blocks[n], cxt))
 			n++;
 	}
@@ -790,6 +796,7 @@ pgq_advisory_claim(const PgqGroup *group, int max_blocks,
 	if (n < max_blocks)
 	{
 		(void) pgq_claim_hint(&group->ref, &hint, &gen);
+		pgq_xact_claiming(&group->ref, hint);
 		n += lock_pending(group, hint, max_blocks - n, n, blocks + n, cxt,
 						  &last);
 		if (last > 0)
@@ -797,8 +804,11 @@ pgq_advisory_claim(const PgqGroup *group, int max_blocks,
 		if (n < max_blocks && hint > 0 && nheld < pgq_max_locks_per_session &&
 			pgq_full_scan_due(&group->ref, pgq_advisory_held_in_group(&group->ref)))
 		{
-			int			below = lock_pending(group, 0, max_blocks - n, n,
-											 blocks + n, cxt, &last);
+			int			below;
+
+			pgq_xact_claiming(&group->ref, 0);
+			below = lock_pending(group, 0, max_blocks - n, n, blocks + n, cxt,
+								 &last);
 
 			if (below > 0)
 			{
@@ -807,6 +817,7 @@ pgq_advisory_claim(const PgqGroup *group, int max_blocks,
 			}
 			n += below;
 		}
+		pgq_xact_claiming_done();
 	}
 	qsort(blocks, n, sizeof(PgqClaimed), pgq_compare_claimed);
 	return n;

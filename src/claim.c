@@ -113,13 +113,18 @@ lock_and_delete(const PgqGroupRef *group, int64 from, int limit,
 		while (found < limit && pgq_block_scan_next(&scan))
 		{
 			TM_FailureData tmfd;
+			TM_Result	result;
 			bool		isnull;
 			Datum		ids;
 			MemoryContext oldcxt;
 
-			if (table_tuple_delete(scan.heap, &scan.slot->tts_tid, cid,
-								   scan.snapshot, InvalidSnapshot, false,
-								   &tmfd, false) != TM_Ok)
+			pgq_xact_claiming_count(limit - found);
+			result = table_tuple_delete(scan.heap, &scan.slot->tts_tid, cid,
+										scan.snapshot, InvalidSnapshot, false,
+										&tmfd, false);
+			if (result == TM_Updated || result == TM_Deleted)
+				pgq_xact_claiming_stale();	/* consumed */
+			if (result != TM_Ok)
 				continue;		/* claimed by another, or consumed */
 
 			/* the slot still holds the version this transaction deleted */

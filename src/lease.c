@@ -649,6 +649,7 @@ typedef struct BlockWriter
 	TupleTableSlot *newslot;
 	CommandId	cid;
 	bool		fenced;			/* pgq.blocks has tries and epoch (0.2) */
+	TM_Result	locked;			/* what the last writer_lock() got */
 } BlockWriter;
 
 /*
@@ -701,9 +702,11 @@ writer_lock(BlockWriter *w)
 	TupleTableSlot *old = w->scan.slot;
 	TM_FailureData tmfd;
 
-	if (table_tuple_lock(w->scan.heap, &old->tts_tid, w->scan.snapshot, old,
-						 w->cid, LockTupleNoKeyExclusive, LockWaitSkip, 0,
-						 &tmfd) != TM_Ok)
+	w->locked = table_tuple_lock(w->scan.heap, &old->tts_tid,
+								 w->scan.snapshot, old, w->cid,
+								 LockTupleNoKeyExclusive, LockWaitSkip, 0,
+								 &tmfd);
+	if (w->locked != TM_Ok)
 		return false;
 	slot_getallattrs(old);
 	return true;
@@ -932,8 +935,13 @@ claim_pending(const PgqGroup *group, int64 from, int limit,
 			slot_getallattrs(old);
 			if (DatumGetChar(old->tts_values[Anum_blocks_state - 1]) != 'p')
 				continue;
+			pgq_xact_claiming_count(limit - n);
 			if (!writer_lock(&w))
+			{
+				if (w.locked == TM_Updated || w.locked == TM_Deleted)
+					pgq_xact_claiming_stale();
 				continue;
+			}
 			writer_claim(&w, until, &blocks[n++], cxt);
 		}
 	}

@@ -19,8 +19,9 @@
  * entry of a group without claims in flight makes room; when every entry has
  * claims in flight, the new group is claimed from the start of its index and
  * claimed counts of groups without an entry become unknown (NULL) until the
- * claims that could not be counted end (uncounted).  No claim is ever wrong,
- * only slower, and a waiting claim may give up early (see C1).  So that one
+ * claims that could not be counted end (uncounted; C2).  No claim is ever
+ * wrong, only slower, and a waiting claim whose group's count is unknown
+ * does not take the group for exhausted.  So that one
  * role cannot take the table, each entry is
  * charged to the role whose call made it, and a role holds at most
  * pgq.max_groups_per_role entries: past that, its new entry takes the place
@@ -89,14 +90,16 @@ typedef struct PgqGroupKey
  *		block given back leaves the count only after the hint was lowered
  *		to it: a claim that reads "claimed" and then the hint, and finds no
  *		claims but its own, reads a hint at or below every claimable block.
- *		Two exceptions, in which waiting claims of the group may take it for
- *		exhausted too early (they return no rows; a later claim gets the
- *		block): claims made while their group had no entry (the table was
- *		full) are counted in "uncounted" instead, and given back to the
- *		group's entry if it has one by then, which then counts too few
- *		until they end; and a scan for pending blocks counts what it took
- *		only when it ends, so a claim that reads the count meanwhile misses
- *		the blocks it has taken so far, which its abort may give back.
+ *		A scan for pending blocks counts the most it may take before it
+ *		takes the first, and gives back the rest when it ends
+ *		(pgq_xact_claiming_count()).
+ *	C2	Claims made while their group had no entry (the table was full)
+ *		are counted in "uncounted" instead, and an entry made for the group
+ *		later may be given them back when they end: it then counts too
+ *		few.  Such an entry is "unsure": made while "uncounted" was not 0,
+ *		or found by a claim that had just counted into "uncounted".  The
+ *		count of an unsure entry is not known (NULL) until "uncounted" is
+ *		0 again: the claims it held have ended, and nothing is owed.
  *	It is group_stats.claimed, and tells waiting claims that a group is
  *	exhausted (no block can come back) and full scans when they may run.
  *
@@ -159,6 +162,7 @@ typedef struct PgqGroupEntry
 	int64		hint;			/* H1 */
 	uint64		gen;			/* H2 */
 	int64		claimed;		/* C1 */
+	bool		unsure;			/* C2 */
 	TimestampTz last_full_scan; /* F1 */
 	TimestampTz due_from;		/* D1 */
 	TimestampTz due_checked;	/* D1 */
@@ -493,7 +497,7 @@ entry_lock(const PgqGroupRef *group, bool create)
 	{
 		/*
 		 * An earlier incarnation's holders give their blocks back to an
-		 * entry that no longer matches them: they leave uncounted (C1).
+		 * entry that no longer matches them: they leave uncounted (C2).
 		 */
 		if (found && entry->claimed > 0)
 			uncounted_add(entry->claimed);
@@ -501,6 +505,7 @@ entry_lock(const PgqGroupRef *group, bool create)
 		SpinLockInit(&entry->mutex);
 		entry_reset(entry);
 		entry->claimed = 0;
+		entry->unsure = pg_atomic_read_u64(&pgq_state->uncounted) > 0;
 	}
 
 	/* returned with the lock held exclusively: the caller only releases it */
@@ -879,17 +884,36 @@ uncounted_add(int64 delta)
 }
 
 /*
+ * A claim of the group was just counted in "uncounted", its group having no
+ * entry: an entry made since, which read "uncounted" before that, must not
+ * trust its count (C2).  The atomic add comes before the table lock taken
+ * here, and an entry is made under that lock, so one of the two sees the
+ * other.
+ */
+static void
+mark_unsure(const PgqGroupRef *group)
+{
+	PgqGroupEntry *entry = entry_lock(group, false);
+
+	if (entry == NULL)
+		return;
+	SpinLockAcquire(&entry->mutex);
+	entry->unsure = true;
+	SpinLockRelease(&entry->mutex);
+	LWLockRelease(pgq_state->lock);
+}
+
+/*
  * Count blocks taken (delta > 0) or given up (delta < 0).  Returns the count
  * now, or -1 if it is not kept.  A count that cannot be kept makes counts of
  * groups without an entry unknown, until the claims it counted are given
  * up.  A claim given up that was not counted in its group's entry (it got
- * none then) is taken off the uncounted ones: an entry made since may
- * count 0 too early for a while, never less than the truth once all
- * claims of the time ended.  A block given up that is claimable again is
+ * none then) is taken off the uncounted ones, once an entry made since
+ * has counted too few (C2).  A block given up that is claimable again is
  * taken out of the count after pgq_hint_lower() (see "claimed" above).
  * Safe in transaction callbacks when delta < 0: it allocates nothing and
  * cannot fail.
- * (Keeps C1.)
+ * (Keeps C1 and C2.)
  */
 int64
 pgq_claimed_add(const PgqGroupRef *group, int64 delta)
@@ -903,6 +927,8 @@ pgq_claimed_add(const PgqGroupRef *group, int64 delta)
 	if (entry == NULL)
 	{
 		uncounted_add(delta);
+		if (delta > 0)
+			mark_unsure(group);
 		return -1;
 	}
 	SpinLockAcquire(&entry->mutex);
@@ -923,13 +949,14 @@ pgq_claimed_add(const PgqGroupRef *group, int64 delta)
 /*
  * Blocks of the group held by open transactions.  False when that is not
  * known: pgq is not preloaded, or the table overflowed and this group may be
- * one that got no entry.
- * (Relies on C1.)
+ * one that got no entry, or its entry may count too few.
+ * (Relies on C1 and C2.)
  */
 bool
 pgq_claimed_get(const PgqGroupRef *group, int64 *claimed)
 {
 	PgqGroupEntry *entry;
+	bool		known;
 
 	*claimed = 0;
 	if (!pgq_shmem_ready())
@@ -938,10 +965,13 @@ pgq_claimed_get(const PgqGroupRef *group, int64 *claimed)
 	if (entry == NULL)
 		return pg_atomic_read_u64(&pgq_state->uncounted) == 0;
 	SpinLockAcquire(&entry->mutex);
-	*claimed = entry->claimed;
+	if (entry->unsure && pg_atomic_read_u64(&pgq_state->uncounted) == 0)
+		entry->unsure = false;
+	known = !entry->unsure;
+	*claimed = known ? entry->claimed : 0;
 	SpinLockRelease(&entry->mutex);
 	LWLockRelease(pgq_state->lock);
-	return true;
+	return known;
 }
 
 /*

@@ -115,13 +115,18 @@ static int	maxinflight = 0;
  * blocks it has taken so far are in no record yet.  Should it end in an
  * error, its (sub)transaction's abort lowers the hint to "from", as for the
  * blocks it recorded (invariant H1 in shmem.c): another claim may have moved
- * the hint past blocks that the abort makes pending again.
+ * the hint past blocks that the abort makes pending again.  Once it finds a
+ * block to take, "counted" blocks are in the shared claimed count ahead of
+ * being taken (invariant C1; pgq_xact_claiming_count()).
  */
 static struct
 {
 	bool		active;
+	bool		counting;		/* "counted" was added to the shared count */
+	bool		stale;			/* passed over a block changed since */
 	PgqGroupRef group;
 	int64		from;
+	int64		counted;		/* counted ahead, not recorded yet */
 	int			nest_level;
 }			claiming;
 
@@ -191,7 +196,7 @@ pgq_xact_remember(const PgqGroupRef *group, const PgqClaimed *blocks, int n)
 	pgq_xact_reserve(n);
 	for (int i = 0; i < n; i++)
 		add_record(group, blocks[i].id, PGQ_REC_CLAIM);
-	pgq_claimed_add(group, n);
+	pgq_xact_count_claimed(group, n);
 }
 
 /*
@@ -214,7 +219,7 @@ pgq_xact_remember_lease(const PgqGroupRef *group, const PgqClaimed *blocks,
 		add_record(group, blocks[i].id, PGQ_REC_LEASE);
 		claims[nclaims - 1].until = until;
 	}
-	pgq_claimed_add(group, n);
+	pgq_xact_count_claimed(group, n);
 }
 
 /*
@@ -262,27 +267,108 @@ pgq_xact_remember_drop(const PgqGroupRef *group)
 	add_record(group, 0, PGQ_REC_DROP);
 }
 
+/*
+ * Give back what the scan under way counted ahead and did not take.  A
+ * waiting claim may have seen that count and gone to sleep instead of
+ * taking the group for exhausted.  The holder of a block that the scan
+ * passed over wakes it when it lets go; but a block that a transaction
+ * committed since the scan's snapshot has no holder left to do so, and the
+ * waiting claim, whose look came after that commit, is woken here.  (Not
+ * at every give-back: a waiting claim's own scan would wake it again and
+ * again while a block it cannot take is held.)  Safe in transaction
+ * callbacks: it allocates nothing and cannot fail.
+ */
+static void
+claiming_uncount(void)
+{
+	if (claiming.counting && claiming.counted > 0)
+		(void) pgq_claimed_add(&claiming.group, -claiming.counted);
+	if (claiming.stale)
+		pgq_wake_group(&claiming.group);
+	claiming.counting = false;
+	claiming.stale = false;
+	claiming.counted = 0;
+}
+
 /* A scan for pending blocks of the group begins at block "from". */
 void
 pgq_xact_claiming(const PgqGroupRef *group, int64 from)
 {
+	if (claiming.active)
+		claiming_uncount();
 	claiming.group = *group;
 	claiming.from = from;
 	claiming.nest_level = GetCurrentTransactionNestLevel();
+	claiming.counting = false;
+	claiming.stale = false;
+	claiming.counted = 0;
 	claiming.active = true;
+}
+
+/*
+ * The scan under way passed over a block that a transaction committed since
+ * the scan's snapshot: see claiming_uncount().
+ */
+void
+pgq_xact_claiming_stale(void)
+{
+	if (claiming.active)
+		claiming.stale = true;
+}
+
+/*
+ * The scan under way found a pending block and may take up to n more: count
+ * them as claimed before it takes the first (invariant C1 in shmem.c).
+ * Counted after the take, a block could be passed over by another claim,
+ * which moves the hint past it, and a waiting claim reading the count in
+ * between would take the group for exhausted, though this scan's abort may
+ * still give the block back.  Counting once per scan keeps shared memory out
+ * of the scan's loop; counting only once a block is found keeps scans of an
+ * exhausted group from holding waiting claims back.  The blocks the scan
+ * records use this count up (pgq_xact_count_claimed()), and the rest is given
+ * back when the scan ends.
+ */
+void
+pgq_xact_claiming_count(int n)
+{
+	Assert(claiming.active);
+	if (claiming.counting || n <= 0)
+		return;
+	(void) pgq_claimed_add(&claiming.group, n);
+	claiming.counting = true;
+	claiming.counted = n;
+}
+
+/*
+ * Count n blocks of the group as claimed: out of what the scan under way
+ * counted ahead, if it did, otherwise now.
+ */
+void
+pgq_xact_count_claimed(const PgqGroupRef *group, int n)
+{
+	if (claiming.active && claiming.counting &&
+		same_group(&claiming.group, group))
+	{
+		Assert(n <= claiming.counted);
+		claiming.counted -= n;
+	}
+	else
+		(void) pgq_claimed_add(group, n);
 }
 
 /* The scan ended, and what it took is recorded. */
 void
 pgq_xact_claiming_done(void)
 {
+	claiming_uncount();
 	claiming.active = false;
 }
 
 /*
  * The (sub)transaction at nest level "level" is aborting: a scan for pending
- * blocks that it began, cut short by an error, lowers the hint.  Safe in
- * transaction callbacks: it allocates nothing and cannot fail.
+ * blocks that it began, cut short by an error, lowers the hint, and only
+ * then gives back what it counted (invariant C1).  Safe in transaction
+ * callbacks: it allocates nothing and cannot fail.
  */
 static void
 claiming_abort(int level)
@@ -290,6 +376,7 @@ claiming_abort(int level)
 	if (claiming.active && claiming.nest_level >= level)
 	{
 		pgq_hint_lower(&claiming.group, claiming.from);
+		claiming_uncount();
 		claiming.active = false;
 	}
 }
@@ -746,6 +833,7 @@ pgq_xact_callback(XactEvent event, void *arg)
 			break;
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
+			Assert(!claiming.active);
 			/* before the waiters wake, so that their claims look again */
 			publish_inflight();
 			settle_claims(0, false);
@@ -764,6 +852,8 @@ pgq_xact_callback(XactEvent event, void *arg)
 
 	/* TopTransactionContext is about to go away, and the records with it */
 	claiming.active = false;
+	claiming.counting = false;
+	claiming.stale = false;
 	inflight = NULL;
 	ninflight = 0;
 	maxinflight = 0;

@@ -7,6 +7,9 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use PgqTest;
 
 my $node = PostgreSQL::Test::Cluster->new('main');
 $node->init;
@@ -70,5 +73,45 @@ is($node->safe_psql('postgres', q{
 is($node->safe_psql('postgres',
 		'SELECT count(*), count(DISTINCT (group_name, id)) FROM processed'),
 	'100|100', 'every id of every group processed exactly once');
+
+# A group that gets an entry while one of its claims is counted nowhere (it
+# was made when the table was full) cannot trust its count: that claim may
+# be given back.  Group x has blocks x1 and x2.  "a" claims x1 while 16 busy
+# groups fill the table; they finish; "b" then makes x's entry, passes over
+# x1 and takes x2, which moves the hint past both, and commits.  The entry
+# counts 0 although "a" holds x1: it must say that it does not know, and a
+# waiting claim must wait for "a" rather than take x for exhausted.
+$node->safe_psql('postgres', q{
+	SELECT pgq.create_group('h' || i, 'SELECT 1', 1) FROM generate_series(1, 16) i;
+	SELECT pgq.create_group('x', 'SELECT g FROM generate_series(1, 2) g', 1);
+});
+my $busy = new_session($node, 'busy');
+$busy->query_ok('BEGIN;');
+$busy->query_ok("SELECT count(*) FROM pgq.claim('h$_');") for 1 .. 16;
+my $a = new_session($node, 'a');
+is($a->query_ok("BEGIN; SELECT ids FROM pgq.claim('x');"), '{1}',
+	'a claims x1 while no entry is free');
+$busy->query_ok('COMMIT;');
+is($node->safe_psql('postgres', q{
+		BEGIN; SELECT ids FROM pgq.claim('x'); COMMIT;}),
+	'{2}', 'b passes over x1, takes x2 and commits');
+is($node->safe_psql('postgres',
+		"SELECT coalesce(claimed::text, 'NULL') FROM pgq.group_stats WHERE group_name = 'x'"),
+	'NULL', 'the entry made meanwhile does not know its count');
+
+my $obs = new_session($node, 'observer');
+my $w = new_session($node, 'w');
+$w->query_ok("SET pgq.wait_recheck_interval = '1h';");
+$w->send("BEGIN; SELECT ids FROM pgq.claim('x', wait => '5 min');");
+is(PgqTest::sleeping_or_done($w, $obs), 'sleeping',
+	'a waiting claim does not take x for exhausted while a holds x1');
+$a->query_ok('ROLLBACK;');
+$w->wait;
+is($w->{result}, '{1}', 'the waiting claim gets x1 when a gives it back');
+$w->query_ok('COMMIT;');
+is($node->safe_psql('postgres',
+		"SELECT claimed FROM pgq.group_stats WHERE group_name = 'x'"),
+	'0', 'once no uncounted claim is left, the count is known again');
+$_->close for ($busy, $a, $obs, $w);
 
 done_testing();

@@ -47,25 +47,11 @@ sub new_waiter
 	return $w;
 }
 
-# Hand the queued statements to psql and wait until the session's backend
-# sleeps in a waiting claim (wait event "Extension"), or has finished
-# meanwhile: returns 'sleeping' or 'done'.
+# Wait until the session sleeps in a waiting claim, or has finished.
 sub sleeping_or_done
 {
 	my ($w, $observer) = @_;
-	$observer //= $obs;
-	my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
-	while (time() < $deadline)
-	{
-		my $state = $w->poll;
-		return 'done' if $state ne 'busy';
-		return 'sleeping'
-		  if $observer->query_ok(
-			"SELECT count(*) FROM pg_stat_activity WHERE pid = $w->{pid} AND wait_event_type = 'Extension';"
-		  ) eq '1';
-		usleep(2_000);
-	}
-	die "session " . $w->name . " neither slept nor finished";
+	return PgqTest::sleeping_or_done($w, $observer // $obs);
 }
 
 # Wait up to $secs seconds for the session to finish; true if it did.

@@ -205,6 +205,26 @@ sub new_session
 	return PgqTest::Session->new($node, $name);
 }
 
+# Hand the queued statements of session $w to psql and wait until its
+# backend sleeps in a waiting claim (wait event type "Extension", as seen by
+# session $observer), or has finished meanwhile: returns 'sleeping' or 'done'.
+sub sleeping_or_done
+{
+	my ($w, $observer) = @_;
+	my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
+	while (time() < $deadline)
+	{
+		my $state = $w->poll;
+		return 'done' if $state ne 'busy';
+		return 'sleeping'
+		  if $observer->query_ok(
+			"SELECT count(*) FROM pg_stat_activity WHERE pid = $w->{pid} AND wait_event_type = 'Extension';"
+		  ) eq '1';
+		usleep($POLL_US);
+	}
+	die "session " . $w->name . " neither slept nor finished";
+}
+
 # processed: every id a consumer has processed, with the block it came in;
 # the primary key turns a second delivery of an id into an error.
 sub setup_tables
