@@ -85,14 +85,15 @@ typedef struct PgqGroupKey
  * Blocks held by open transactions, and by sessions (advisory mode).
  *	C1	"claimed" is at least the number of the group's blocks that open
  *		transactions or sessions hold: claimed in transaction mode, leases
- *		and retries not committed yet, advisory locks.  A holder counts a
- *		block right after taking it, before the hint moves past it, and a
- *		block given back leaves the count only after the hint was lowered
- *		to it: a claim that reads "claimed" and then the hint, and finds no
- *		claims but its own, reads a hint at or below every claimable block.
- *		A scan for pending blocks counts the most it may take before it
- *		takes the first, and gives back the rest when it ends
- *		(pgq_xact_claiming_count()).
+ *		and retries not committed yet, advisory locks.  A pending block is
+ *		counted before it is taken, so before any claim can pass it over
+ *		and move the hint past it (a scan for pending blocks counts the
+ *		most it may take when it finds the first, and gives back the rest
+ *		when it ends: pgq_xact_claiming_count()), and a block given back
+ *		leaves the count only after the hint was lowered to it: a claim
+ *		that reads "claimed" and then the hint, and finds no claims but its
+ *		own, reads a hint at or below every claimable block.  (Except as C2
+ *		says.)
  *	C2	Claims made while their group had no entry (the table was full)
  *		are counted in "uncounted" instead, and an entry made for the group
  *		later may be given them back when they end: it then counts too
