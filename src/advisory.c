@@ -311,7 +311,7 @@ forget_held(int i, bool back)
 	/* the hint after the unlock, the claimed count after the hint */
 	if (back)
 		pgq_hint_lower(&block.group, block.block_id);
-	pgq_claimed_add(&block.group, -1);
+	pgq_xact_count_claimed(&block.group, -1);
 	if (back)
 		pgq_wake_group(&block.group);
 }
@@ -801,6 +801,8 @@ pgq_advisory_claim(const PgqGroup *group, int max_blocks,
 						  &last);
 		if (last > 0)
 			pgq_hint_advance(&group->ref, gen, last + 1);
+		/* ended, so that the count that decides a full scan is of holders */
+		pgq_xact_claiming_done();
 		if (n < max_blocks && hint > 0 && nheld < pgq_max_locks_per_session &&
 			pgq_full_scan_due(&group->ref, pgq_advisory_held_in_group(&group->ref)))
 		{
@@ -816,8 +818,8 @@ pgq_advisory_claim(const PgqGroup *group, int max_blocks,
 				pgq_hint_lower(&group->ref, blocks[n].id);
 			}
 			n += below;
+			pgq_xact_claiming_done();
 		}
-		pgq_xact_claiming_done();
 	}
 	qsort(blocks, n, sizeof(PgqClaimed), pgq_compare_claimed);
 	return n;
@@ -1288,8 +1290,13 @@ pgq_relock(PG_FUNCTION_ARGS)
 		}
 		pgq_xact_reserve(1);
 		(void) may_lock_more(0);	/* errors out at a limit */
+
+		/* a scan of one block: counted before it is taken (C1 in shmem.c) */
+		pgq_xact_claiming(&group.ref, block_id);
+		pgq_xact_claiming_count(1);
 		if (take_block(&group, block_id, NULL, &block, CurrentMemoryContext))
 			regained[nregained++] = elems[i];
+		pgq_xact_claiming_done();
 	}
 	SPI_finish();
 	pgq_leave(&scope);

@@ -177,6 +177,8 @@ transaction_claim(const PgqGroupRef *group, int max_blocks,
 	/* everything below the last block claimed is consumed or held */
 	if (first > 0)
 		pgq_hint_advance(group, gen, blocks[first - 1].id + 1);
+	/* ended, so that the count that decides a full scan is of holders */
+	pgq_xact_claiming_done();
 
 	if (nblocks < max_blocks && hint > 0 &&
 		pgq_full_scan_due(group, pgq_xact_own_in_flight(group->group_id)))
@@ -189,8 +191,8 @@ transaction_claim(const PgqGroupRef *group, int max_blocks,
 			pgq_hint_lower(group, blocks[first].id);
 			qsort(blocks, nblocks, sizeof(PgqClaimed), pgq_compare_claimed);
 		}
+		pgq_xact_claiming_done();
 	}
-	pgq_xact_claiming_done();
 	return nblocks;
 }
 

@@ -986,6 +986,7 @@ pgq_lease_claim(const PgqGroup *group, int max_blocks, PgqClaimed *blocks,
 		if (got > 0)
 			pgq_hint_advance(&group->ref, gen, blocks[n + got - 1].id + 1);
 		n += got;
+		pgq_xact_claiming_done();
 
 		/*
 		 * Committed leases are rows, not in the shared claimed count: look
@@ -999,8 +1000,8 @@ pgq_lease_claim(const PgqGroup *group, int max_blocks, PgqClaimed *blocks,
 			if (got > 0)
 				pgq_hint_lower(&group->ref, blocks[n].id);
 			n += got;
+			pgq_xact_claiming_done();
 		}
-		pgq_xact_claiming_done();
 	}
 	pgq_lease_claim_done();
 	qsort(blocks, n, sizeof(PgqClaimed), pgq_compare_claimed);

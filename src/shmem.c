@@ -51,7 +51,7 @@
 #include "privilege.h"
 #include "shmem.h"
 
-#define PGQ_SHMEM_VERSION	5
+#define PGQ_SHMEM_VERSION	6
 
 typedef struct PgqGroupKey
 {
@@ -83,17 +83,21 @@ typedef struct PgqGroupKey
  *	and the dead index entries of every consumed block (sql/hint.sql).
  *
  * Blocks held by open transactions, and by sessions (advisory mode).
- *	C1	"claimed" is at least the number of the group's blocks that open
- *		transactions or sessions hold: claimed in transaction mode, leases
- *		and retries not committed yet, advisory locks.  A pending block is
- *		counted before it is taken, so before any claim can pass it over
- *		and move the hint past it (a scan for pending blocks counts the
- *		most it may take when it finds the first, and gives back the rest
- *		when it ends: pgq_xact_claiming_count()), and a block given back
- *		leaves the count only after the hint was lowered to it: a claim
- *		that reads "claimed" and then the hint, and finds no claims but its
- *		own, reads a hint at or below every claimable block.  (Except as C2
- *		says.)
+ *	C1	"claimed" + "scanning" is at least the number of the group's
+ *		blocks that open transactions or sessions hold: claimed in
+ *		transaction mode, leases and retries not committed yet, advisory
+ *		locks.  A pending block is counted before it is taken, so before
+ *		any claim can pass it over and move the hint past it, and a block
+ *		given back leaves the count only after the hint was lowered to it:
+ *		a claim that reads the count and then the hint, and finds no claims
+ *		but its own, reads a hint at or below every claimable block (except
+ *		as C2 says).  A scan for pending blocks adds the most it may take
+ *		to "scanning" when it finds its first candidate, and when it ends
+ *		takes that back and adds what it took to "claimed"
+ *		(pgq_xact_claiming_count()).
+ *	C3	When "claimed" falls to 0 while "scanning" is not, the waiting
+ *		claims that the scans' counts keep asleep are owed a wake: the
+ *		scan that brings "scanning" to 0 gives it ("wake_owed").
  *	C2	Claims made while their group had no entry (the table was full)
  *		are counted in "uncounted" instead, and an entry made for the group
  *		later may be given them back when they end: it then counts too
@@ -163,7 +167,9 @@ typedef struct PgqGroupEntry
 	int64		hint;			/* H1 */
 	uint64		gen;			/* H2 */
 	int64		claimed;		/* C1 */
+	int64		scanning;		/* C1, C3 */
 	bool		unsure;			/* C2 */
+	bool		wake_owed;		/* C3 */
 	TimestampTz last_full_scan; /* F1 */
 	TimestampTz due_from;		/* D1 */
 	TimestampTz due_checked;	/* D1 */
@@ -383,7 +389,7 @@ evict_idle_entry(Oid role)
 			if (OidIsValid(role) && entry->role != role)
 				continue;
 			SpinLockAcquire(&entry->mutex);
-			idle = entry->claimed == 0 &&
+			idle = entry->claimed == 0 && entry->scanning == 0 &&
 				(pass > 0 || entry->inflight_epoch == 0);
 			SpinLockRelease(&entry->mutex);
 			if (idle)
@@ -500,12 +506,14 @@ entry_lock(const PgqGroupRef *group, bool create)
 		 * An earlier incarnation's holders give their blocks back to an
 		 * entry that no longer matches them: they leave uncounted (C2).
 		 */
-		if (found && entry->claimed > 0)
-			uncounted_add(entry->claimed);
+		if (found && entry->claimed + entry->scanning > 0)
+			uncounted_add(entry->claimed + entry->scanning);
 		entry->created_at = group->created_at;
 		SpinLockInit(&entry->mutex);
 		entry_reset(entry);
 		entry->claimed = 0;
+		entry->scanning = 0;
+		entry->wake_owed = false;
 		entry->unsure = pg_atomic_read_u64(&pgq_state->uncounted) > 0;
 	}
 
@@ -912,9 +920,10 @@ mark_unsure(const PgqGroupRef *group)
  * none then) is taken off the uncounted ones, once an entry made since
  * has counted too few (C2).  A block given up that is claimable again is
  * taken out of the count after pgq_hint_lower() (see "claimed" above).
- * Safe in transaction callbacks when delta < 0: it allocates nothing and
- * cannot fail.
- * (Keeps C1 and C2.)
+ * Returns "claimed" alone: 0 means no block is held, though scans may be
+ * under way (their end wakes the waiters then, C3).  Safe in transaction
+ * callbacks when delta < 0: it allocates nothing and cannot fail.
+ * (Keeps C1, C2 and C3.)
  */
 int64
 pgq_claimed_add(const PgqGroupRef *group, int64 delta)
@@ -935,6 +944,8 @@ pgq_claimed_add(const PgqGroupRef *group, int64 delta)
 	SpinLockAcquire(&entry->mutex);
 	claimed = entry->claimed + delta;
 	entry->claimed = Max(claimed, 0);
+	if (claimed <= 0 && delta < 0 && entry->scanning > 0)
+		entry->wake_owed = true;	/* C3 */
 	SpinLockRelease(&entry->mutex);
 	LWLockRelease(pgq_state->lock);
 
@@ -945,6 +956,72 @@ pgq_claimed_add(const PgqGroupRef *group, int64 delta)
 		claimed = 0;
 	}
 	return claimed;
+}
+
+/*
+ * A scan for pending blocks of the group found its first candidate: count
+ * the most it may take, "n", as blocks being taken (C1).
+ */
+void
+pgq_scan_count(const PgqGroupRef *group, int64 n)
+{
+	PgqGroupEntry *entry;
+
+	if (!pgq_shmem_ready())
+		return;
+	entry = entry_lock(group, true);
+	if (entry == NULL)
+	{
+		uncounted_add(n);
+		mark_unsure(group);
+		return;
+	}
+	SpinLockAcquire(&entry->mutex);
+	entry->scanning += n;
+	SpinLockRelease(&entry->mutex);
+	LWLockRelease(pgq_state->lock);
+}
+
+/*
+ * A scan that counted "counted" with pgq_scan_count() ended, holding "taken"
+ * blocks, which its records give back when they end: they move to
+ * "claimed", and the rest leaves the count.  Returns true if the waiting
+ * claims are owed a wake (C3).  Safe in transaction callbacks: it allocates
+ * nothing and cannot fail.
+ * (Keeps C1, C2 and C3.)
+ */
+bool
+pgq_scan_end(const PgqGroupRef *group, int64 counted, int64 taken)
+{
+	PgqGroupEntry *entry;
+	int64		scanning;
+	bool		owed = false;
+
+	if (!pgq_shmem_ready())
+		return false;
+	entry = entry_lock(group, false);
+	if (entry == NULL)
+	{
+		/* counted in "uncounted" (C2), and its records give back there */
+		uncounted_add(taken - counted);
+		return false;
+	}
+	SpinLockAcquire(&entry->mutex);
+	scanning = entry->scanning - counted;
+	entry->scanning = Max(scanning, 0);
+	entry->claimed += taken;
+	if (entry->scanning == 0 && entry->wake_owed)
+	{
+		entry->wake_owed = false;
+		owed = true;
+	}
+	SpinLockRelease(&entry->mutex);
+	LWLockRelease(pgq_state->lock);
+
+	/* counted while the group had no entry: that was in "uncounted" */
+	if (scanning < 0)
+		uncounted_add(scanning);
+	return owed;
 }
 
 /*
@@ -969,7 +1046,7 @@ pgq_claimed_get(const PgqGroupRef *group, int64 *claimed)
 	if (entry->unsure && pg_atomic_read_u64(&pgq_state->uncounted) == 0)
 		entry->unsure = false;
 	known = !entry->unsure;
-	*claimed = known ? entry->claimed : 0;
+	*claimed = known ? entry->claimed + entry->scanning : 0;
 	SpinLockRelease(&entry->mutex);
 	LWLockRelease(pgq_state->lock);
 	return known;
@@ -994,7 +1071,7 @@ pgq_group_forget(Oid dbid, int64 group_id)
 	make_key(&key, dbid, group_id);
 	LWLockAcquire(pgq_state->lock, LW_EXCLUSIVE);
 	entry = hash_search(pgq_groups, &key, HASH_FIND, NULL);
-	if (entry != NULL && entry->claimed > 0)
+	if (entry != NULL && entry->claimed + entry->scanning > 0)
 		entry_reset(entry);
 	else if (entry != NULL)
 	{

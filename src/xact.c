@@ -116,17 +116,18 @@ static int	maxinflight = 0;
  * error, its (sub)transaction's abort lowers the hint to "from", as for the
  * blocks it recorded (invariant H1 in shmem.c): another claim may have moved
  * the hint past blocks that the abort makes pending again.  Once it finds a
- * block to take, "counted" blocks are in the shared claimed count ahead of
- * being taken (invariant C1; pgq_xact_claiming_count()).
+ * block to take, "counted" blocks are in the shared count of blocks being
+ * taken (invariant C1; pgq_xact_claiming_count()).
  */
 static struct
 {
 	bool		active;
-	bool		counting;		/* "counted" was added to the shared count */
+	bool		counting;		/* "counted" is in the shared count */
 	bool		stale;			/* passed over a block changed since */
 	PgqGroupRef group;
 	int64		from;
-	int64		counted;		/* counted ahead, not recorded yet */
+	int64		counted;		/* the most it may take */
+	int64		taken;			/* blocks taken, and counted by records */
 	int			nest_level;
 }			claiming;
 
@@ -268,26 +269,31 @@ pgq_xact_remember_drop(const PgqGroupRef *group)
 }
 
 /*
- * Give back what the scan under way counted ahead and did not take.  A
- * waiting claim may have seen that count and gone to sleep instead of
- * taking the group for exhausted.  The holder of a block that the scan
- * passed over wakes it when it lets go; but a block that a transaction
- * committed since the scan's snapshot has no holder left to do so, and the
- * waiting claim, whose look came after that commit, is woken here.  (Not
- * at every give-back: a waiting claim's own scan would wake it again and
- * again while a block it cannot take is held.)  Safe in transaction
- * callbacks: it allocates nothing and cannot fail.
+ * End the scan under way: what it took moves to the shared count of blocks
+ * held, which its records give back when they end, and the rest of what it
+ * counted leaves the count.  Waiting claims that the scan's count kept
+ * asleep are woken when they are owed it (invariant C3 in shmem.c: a holder
+ * let go meanwhile).  So is every waiting claim if the scan passed over a
+ * block committed since its snapshot, whose holder woke them before this
+ * scan's count could keep them asleep.  (Not at every end: a waiting
+ * claim's own scan would wake it again and again while a block that it
+ * cannot take is held, by a row lock taken by hand say.)  Safe in
+ * transaction callbacks: it allocates nothing and cannot fail.
  */
 static void
-claiming_uncount(void)
+claiming_end(void)
 {
-	if (claiming.counting && claiming.counted > 0)
-		(void) pgq_claimed_add(&claiming.group, -claiming.counted);
-	if (claiming.stale)
+	bool		wake = claiming.stale;
+
+	if (claiming.counting &&
+		pgq_scan_end(&claiming.group, claiming.counted, claiming.taken))
+		wake = true;
+	if (wake)
 		pgq_wake_group(&claiming.group);
 	claiming.counting = false;
 	claiming.stale = false;
 	claiming.counted = 0;
+	claiming.taken = 0;
 }
 
 /* A scan for pending blocks of the group begins at block "from". */
@@ -295,19 +301,20 @@ void
 pgq_xact_claiming(const PgqGroupRef *group, int64 from)
 {
 	if (claiming.active)
-		claiming_uncount();
+		claiming_end();
 	claiming.group = *group;
 	claiming.from = from;
 	claiming.nest_level = GetCurrentTransactionNestLevel();
 	claiming.counting = false;
 	claiming.stale = false;
 	claiming.counted = 0;
+	claiming.taken = 0;
 	claiming.active = true;
 }
 
 /*
  * The scan under way passed over a block that a transaction committed since
- * the scan's snapshot: see claiming_uncount().
+ * the scan's snapshot: see claiming_end().
  */
 void
 pgq_xact_claiming_stale(void)
@@ -318,15 +325,14 @@ pgq_xact_claiming_stale(void)
 
 /*
  * The scan under way found a pending block and may take up to n more: count
- * them as claimed before it takes the first (invariant C1 in shmem.c).
- * Counted after the take, a block could be passed over by another claim,
- * which moves the hint past it, and a waiting claim reading the count in
- * between would take the group for exhausted, though this scan's abort may
- * still give the block back.  Counting once per scan keeps shared memory out
- * of the scan's loop; counting only once a block is found keeps scans of an
- * exhausted group from holding waiting claims back.  The blocks the scan
- * records use this count up (pgq_xact_count_claimed()), and the rest is given
- * back when the scan ends.
+ * them before it takes the first (invariant C1 in shmem.c).  Counted after
+ * the take, a block could be passed over by another claim, which moves the
+ * hint past it, and a waiting claim reading the count in between would take
+ * the group for exhausted, though this scan's abort may still give the
+ * block back.  Counting once per scan keeps shared memory out of the scan's
+ * loop; counting only once a block is found keeps scans of an exhausted
+ * group from holding waiting claims back.  The blocks the scan records are
+ * counted out of this (pgq_xact_count_claimed()), when it ends.
  */
 void
 pgq_xact_claiming_count(int n)
@@ -334,23 +340,24 @@ pgq_xact_claiming_count(int n)
 	Assert(claiming.active);
 	if (claiming.counting || n <= 0)
 		return;
-	(void) pgq_claimed_add(&claiming.group, n);
+	pgq_scan_count(&claiming.group, n);
 	claiming.counting = true;
 	claiming.counted = n;
 }
 
 /*
- * Count n blocks of the group as claimed: out of what the scan under way
- * counted ahead, if it did, otherwise now.
+ * Count n blocks of the group as held (n < 0: no longer held): by the scan
+ * under way, if it counted them ahead, when it ends; otherwise now.
  */
 void
 pgq_xact_count_claimed(const PgqGroupRef *group, int n)
 {
 	if (claiming.active && claiming.counting &&
-		same_group(&claiming.group, group))
+		same_group(&claiming.group, group) &&
+		claiming.taken + n >= 0)
 	{
-		Assert(n <= claiming.counted);
-		claiming.counted -= n;
+		claiming.taken += n;
+		Assert(claiming.taken <= claiming.counted);
 	}
 	else
 		(void) pgq_claimed_add(group, n);
@@ -360,7 +367,7 @@ pgq_xact_count_claimed(const PgqGroupRef *group, int n)
 void
 pgq_xact_claiming_done(void)
 {
-	claiming_uncount();
+	claiming_end();
 	claiming.active = false;
 }
 
@@ -376,7 +383,7 @@ claiming_abort(int level)
 	if (claiming.active && claiming.nest_level >= level)
 	{
 		pgq_hint_lower(&claiming.group, claiming.from);
-		claiming_uncount();
+		claiming_end();
 		claiming.active = false;
 	}
 }
