@@ -322,13 +322,14 @@ wake_due_groups(void)
 											SPI_tuptable->tupdesc, 3,
 											&isnull));
 		/*
-		 * Only claims that wait need waking, and they have an entry.  They
-		 * look again every pgq.wait_recheck_interval themselves: trust the
-		 * last look's time however old, and walk only once it has come.
+		 * Only claims that wait need waking, and they made an entry, unless
+		 * the table was full (pgq.max_groups): those are woken blindly, to
+		 * look for themselves.  They look again every
+		 * pgq.wait_recheck_interval anyway: trust the last look's time
+		 * however old, and walk only once it has come.
 		 */
-		if (!blocks ||
-			(pgq_group_has_entry(&group) &&
-			 pgq_due_recorded(&group) <= now &&
+		if (!blocks || !pgq_group_has_entry(&group) ||
+			(pgq_due_recorded(&group) <= now &&
 			 pgq_block_due(&group, now, 0, NULL) > 0))
 			pgq_wake_group(&group);
 	}

@@ -114,4 +114,36 @@ is($node->safe_psql('postgres',
 	'0', 'once no uncounted claim is left, the count is known again');
 $_->close for ($busy, $a, $obs, $w);
 
+# Waiting claims of a group that has no entry are woken by the maintenance
+# worker when a lease runs out, as those of groups with one are: the worker
+# cannot tell whether they have something due, and wakes them to look.
+# Group l's one block is leased for a second while busy entries fill the
+# table; a claim waits for it for an hour (looking again only every hour by
+# itself), so that one that returns the block was woken.
+$node->safe_psql('postgres', q{
+	SELECT pgq.create_group('k' || i, 'SELECT 1', 1) FROM generate_series(1, 16) i;
+	SELECT pgq.create_group('l', 'SELECT 1', 1, mode => 'lease', lease => '1 second');
+});
+$busy = new_session($node, 'busy');
+$busy->query_ok('BEGIN;');
+$busy->query_ok("SELECT count(*) FROM pgq.claim('k$_');") for 1 .. 16;
+is($node->safe_psql('postgres', q{SELECT ids FROM pgq.claim('l')}),
+	'{1}', 'l is leased while no entry is free');
+$obs = new_session($node, 'observer');
+$w = new_session($node, 'w');
+$w->query_ok("SET pgq.wait_recheck_interval = '1h';");
+$w->send("SELECT ids, attempt FROM pgq.claim('l', wait => '1 hour');");
+is(PgqTest::sleeping_or_done($w, $obs), 'sleeping',
+	'a claim of l waits while the lease runs');
+$node->poll_query_until('postgres', q{
+	SELECT lease_until < now() FROM pgq.blocks
+	WHERE group_id = (SELECT group_id FROM pgq.groups WHERE group_name = 'l')})
+  or die 'the lease did not run out';
+$node->safe_psql('postgres', 'SELECT pgq.wake_maintenance()');
+$w->wait;
+is($w->{result}, '{1}|2',
+	'the maintenance pass wakes it, and it takes the block whose lease ran out');
+$busy->query_ok('COMMIT;');
+$_->close for ($busy, $obs, $w);
+
 done_testing();
