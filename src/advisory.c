@@ -744,11 +744,23 @@ lock_due(const PgqGroup *group, int limit, PgqClaimed *blocks,
 						 Min(limit + PGQ_ADVISORY_BATCH, INT_MAX / 2), &due);
 	for (i = 0; i < ndue && n < limit; i++)
 	{
+		bool		taken;
+
 		reserve_held();
 		pgq_xact_reserve(1);
 		if (!may_lock_more(n))
 			break;
-		if (take_block(group, due[i].block_id, NULL, &blocks[n], cxt))
+
+		/*
+		 * A scan of one block, counted before it is taken (C1 in shmem.c),
+		 * and waking the waiting claims if the block turns out taken since
+		 * (see claiming_end() in xact.c).
+		 */
+		pgq_xact_claiming(&group->ref, due[i].block_id);
+		pgq_xact_claiming_count(1);
+		taken = take_block(group, due[i].block_id, NULL, &blocks[n], cxt);
+		pgq_xact_claiming_done();
+		if (taken)
 			n++;
 	}
 	/* waiting claims did not look while this one did: some are left */

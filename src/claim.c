@@ -327,7 +327,9 @@ group_exhausted(PgqGroup *group)
 		own = pgq_advisory_held_in_group(&group->ref);
 	else
 		own = pgq_xact_own_in_flight(group->ref.group_id);
-	others = !pgq_claimed_get(&group->ref, &claimed) || claimed > own;
+	if (own > 0)
+		pgq_wait_floor_raise(&group->ref, own);
+	others = !pgq_claimed_get(&group->ref, true, &claimed) || claimed > own;
 	if (!pgq_claim_hint(&group->ref, &hint, &gen))
 		hint = 0;
 	if (hint > 0 && others)
@@ -660,7 +662,7 @@ pgq_inflight(PG_FUNCTION_ARGS)
 	if (!visible)
 		group.group_id = 0;		/* no group has it */
 
-	if (pgq_claimed_get(&group, &claimed))
+	if (pgq_claimed_get(&group, false, &claimed))
 		values[0] = Int64GetDatum(claimed);
 	else
 		nulls[0] = true;

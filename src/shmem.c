@@ -38,6 +38,7 @@
  */
 #include "postgres.h"
 
+#include "common/hashfn.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
 #include "storage/latch.h"
@@ -94,10 +95,17 @@ typedef struct PgqGroupKey
  *		as C2 says).  A scan for pending blocks adds the most it may take
  *		to "scanning" when it finds its first candidate, and when it ends
  *		takes that back and adds what it took to "claimed"
- *		(pgq_xact_claiming_count()).
- *	C3	When "claimed" falls to 0 while "scanning" is not, the waiting
- *		claims that the scans' counts keep asleep are owed a wake: the
- *		scan that brings "scanning" to 0 gives it ("wake_owed").
+ *		(pgq_xact_claiming_count()).  Due blocks and queue items are
+ *		counted right after they are taken: their rows keep waiting claims
+ *		from taking the group for exhausted (a deadline; queues never are).
+ *	C3	A commit that brings "claimed" down to "wait_floor" wakes the
+ *		group's waiting claims (advisory mode's releases and completions
+ *		wake them whatever the count): "wait_floor" is at
+ *		least what any waiting claim holds of the group itself (0 for most),
+ *		raised before the claim reads the count, and set back to 0 by the
+ *		wake.  If "scanning" is not 0 then, the waiting claims that the
+ *		scans' counts keep asleep are owed a wake: the scan that brings
+ *		"scanning" to 0 gives it ("wake_owed").
  *	C2	Claims made while their group had no entry (the table was full)
  *		are counted in "uncounted" instead, and an entry made for the group
  *		later may be given them back when they end: it then counts too
@@ -109,9 +117,10 @@ typedef struct PgqGroupKey
  *	exhausted (no block can come back) and full scans when they may run.
  *
  * Full scans below the hint: a rule of rate, not a promise about rows.
- *	F1	A claim that came up short scans the group from its start when no
- *		other transaction holds blocks of it, and otherwise at most once a
- *		second ("last_full_scan"), so that consumers polling the end of a
+ *	F1	A claim that came up short scans the group from its start when the
+ *		count says that no other transaction holds blocks of it (a count
+ *		not known says nothing), and otherwise at most once a second
+ *		("last_full_scan"), so that consumers polling the end of a
  *		group do not each walk its dead entries.  Lease claims, whose
  *		committed leases the count does not hold, go by the rate alone.
  *	Worth 34 times the claims at the end of a group of 10,000 leased blocks
@@ -168,6 +177,7 @@ typedef struct PgqGroupEntry
 	uint64		gen;			/* H2 */
 	int64		claimed;		/* C1 */
 	int64		scanning;		/* C1, C3 */
+	int64		wait_floor;		/* C3 */
 	bool		unsure;			/* C2 */
 	bool		wake_owed;		/* C3 */
 	TimestampTz last_full_scan; /* F1 */
@@ -198,12 +208,19 @@ typedef struct PgqRoleEntry
 	int32		materializations;	/* asynchronous ones running */
 } PgqRoleEntry;
 
+/*
+ * Claims in flight that no entry counts, in slots by group (C2): a group's
+ * count is unknown only while claims of a group in its slot are uncounted,
+ * so that groups of other databases and roles do not lose theirs.
+ */
+#define PGQ_UNCOUNTED_SLOTS	256
+
 typedef struct PgqSharedState
 {
 	int			version;
 	LWLock	   *lock;			/* protects the hash table's structure */
 	LWLock	   *role_lock;		/* protects the table of roles */
-	pg_atomic_uint64 uncounted; /* claims in flight that no entry counts */
+	pg_atomic_uint64 uncounted[PGQ_UNCOUNTED_SLOTS];	/* C2 */
 	pg_atomic_uint32 advisory_locks;	/* advisory locks held by all sessions */
 	int32		materializations;	/* running; protected by role_lock */
 	pg_atomic_uint64 gen_seed;	/* generations, unique across entries, so
@@ -215,7 +232,8 @@ typedef struct PgqSharedState
 
 static PgqSharedState *pgq_state = NULL;
 
-static void uncounted_add(int64 delta);
+static void uncounted_add(const PgqGroupKey *key, int64 delta);
+static uint64 uncounted_get(const PgqGroupKey *key);
 static HTAB *pgq_groups = NULL;
 static HTAB *pgq_roles = NULL;
 
@@ -254,7 +272,8 @@ pgq_shmem_init(void)
 		pgq_state->version = PGQ_SHMEM_VERSION;
 		pgq_state->lock = &(GetNamedLWLockTranche("pgq"))[0].lock;
 		pgq_state->role_lock = &(GetNamedLWLockTranche("pgq"))[1].lock;
-		pg_atomic_init_u64(&pgq_state->uncounted, 0);
+		for (int i = 0; i < PGQ_UNCOUNTED_SLOTS; i++)
+			pg_atomic_init_u64(&pgq_state->uncounted[i], 0);
 		pgq_state->materializations = 0;
 		pg_atomic_init_u32(&pgq_state->advisory_locks, 0);
 		pg_atomic_init_u64(&pgq_state->gen_seed, 1);
@@ -507,14 +526,15 @@ entry_lock(const PgqGroupRef *group, bool create)
 		 * entry that no longer matches them: they leave uncounted (C2).
 		 */
 		if (found && entry->claimed + entry->scanning > 0)
-			uncounted_add(entry->claimed + entry->scanning);
+			uncounted_add(&key, entry->claimed + entry->scanning);
 		entry->created_at = group->created_at;
 		SpinLockInit(&entry->mutex);
 		entry_reset(entry);
 		entry->claimed = 0;
 		entry->scanning = 0;
+		entry->wait_floor = 0;
 		entry->wake_owed = false;
-		entry->unsure = pg_atomic_read_u64(&pgq_state->uncounted) > 0;
+		entry->unsure = uncounted_get(&key) > 0;
 	}
 
 	/* returned with the lock held exclusively: the caller only releases it */
@@ -747,7 +767,7 @@ pgq_due_forget(Oid dbid, int64 group_id)
 	LWLockRelease(pgq_state->lock);
 }
 
-/* Has the group an entry?  Only claims make one. */
+/* Has the group an entry (of its incarnation)? */
 bool
 pgq_group_has_entry(const PgqGroupRef *group)
 {
@@ -873,14 +893,25 @@ pgq_inflight_raise(Oid dbid, int64 group_id, int64 block_id)
 	LWLockRelease(pgq_state->lock);
 }
 
+/* The slot of "uncounted" of the group with this key. */
+static pg_atomic_uint64 *
+uncounted_slot(const PgqGroupKey *key)
+{
+	return &pgq_state->uncounted[hash_bytes((const unsigned char *) key,
+											sizeof(*key)) %
+								 PGQ_UNCOUNTED_SLOTS];
+}
+
 /*
- * Claims in flight that no entry counts: add delta, never going below 0.
- * Allocates nothing and cannot fail.
+ * Claims in flight of the group (and of others in its slot) that no entry
+ * counts: add delta, never going below 0.  Allocates nothing and cannot
+ * fail.
  */
 static void
-uncounted_add(int64 delta)
+uncounted_add(const PgqGroupKey *key, int64 delta)
 {
-	uint64		old = pg_atomic_read_u64(&pgq_state->uncounted);
+	pg_atomic_uint64 *slot = uncounted_slot(key);
+	uint64		old = pg_atomic_read_u64(slot);
 	uint64		new;
 
 	do
@@ -889,7 +920,14 @@ uncounted_add(int64 delta)
 			new = old + delta;
 		else
 			new = old > (uint64) -delta ? old + delta : 0;
-	} while (!pg_atomic_compare_exchange_u64(&pgq_state->uncounted, &old, new));
+	} while (!pg_atomic_compare_exchange_u64(slot, &old, new));
+}
+
+/* Claims that no entry counts in the slot of the group with this key. */
+static uint64
+uncounted_get(const PgqGroupKey *key)
+{
+	return pg_atomic_read_u64(uncounted_slot(key));
 }
 
 /*
@@ -913,49 +951,74 @@ mark_unsure(const PgqGroupRef *group)
 }
 
 /*
- * Count blocks taken (delta > 0) or given up (delta < 0).  Returns the count
- * now, or -1 if it is not kept.  A count that cannot be kept makes counts of
- * groups without an entry unknown, until the claims it counted are given
- * up.  A claim given up that was not counted in its group's entry (it got
- * none then) is taken off the uncounted ones, once an entry made since
- * has counted too few (C2).  A block given up that is claimable again is
- * taken out of the count after pgq_hint_lower() (see "claimed" above).
- * Returns "claimed" alone: 0 means no block is held, though scans may be
- * under way (their end wakes the waiters then, C3).  Safe in transaction
- * callbacks when delta < 0: it allocates nothing and cannot fail.
+ * Count blocks taken (delta > 0) or given up (delta < 0).  A count that
+ * cannot be kept makes counts of groups without an entry unknown, until the
+ * claims it counted are given up.  A claim given up that was not counted in
+ * its group's entry (it got none then) is taken off the uncounted ones,
+ * once an entry made since has counted too few (C2).  A block given up that
+ * is claimable again is taken out of the count after pgq_hint_lower() (see
+ * "claimed" above).  Returns true if the waiting claims must look again:
+ * the count fell to what the waiting claims hold themselves, or is not
+ * kept (C3).  Safe in transaction callbacks when delta < 0: it allocates
+ * nothing and cannot fail.
  * (Keeps C1, C2 and C3.)
  */
-int64
+bool
 pgq_claimed_add(const PgqGroupRef *group, int64 delta)
 {
 	PgqGroupEntry *entry;
+	PgqGroupKey key;
 	int64		claimed;
+	bool		low = false;
 
 	if (!pgq_shmem_ready())
-		return -1;
+		return true;
+	make_key(&key, group->dbid, group->group_id);
 	entry = entry_lock(group, delta > 0);
 	if (entry == NULL)
 	{
-		uncounted_add(delta);
+		uncounted_add(&key, delta);
 		if (delta > 0)
 			mark_unsure(group);
-		return -1;
+		return true;
 	}
 	SpinLockAcquire(&entry->mutex);
 	claimed = entry->claimed + delta;
 	entry->claimed = Max(claimed, 0);
-	if (claimed <= 0 && delta < 0 && entry->scanning > 0)
-		entry->wake_owed = true;	/* C3 */
+	if (delta < 0 && claimed <= entry->wait_floor)
+	{
+		/* C3 */
+		low = true;
+		entry->wait_floor = 0;
+		if (entry->scanning > 0)
+			entry->wake_owed = true;
+	}
 	SpinLockRelease(&entry->mutex);
 	LWLockRelease(pgq_state->lock);
 
 	/* given back more than the entry counted: the rest was uncounted */
 	if (claimed < 0)
-	{
-		uncounted_add(claimed);
-		claimed = 0;
-	}
-	return claimed;
+		uncounted_add(&key, claimed);
+	return low;
+}
+
+/*
+ * A claim of the group that holds "own" blocks of it is about to read the
+ * count and, unless the group is exhausted, sleep: let the commit that
+ * brings the count down to "own" wake it (C3).  Before the read, so that
+ * one of the two sees the other.
+ */
+void
+pgq_wait_floor_raise(const PgqGroupRef *group, int64 own)
+{
+	PgqGroupEntry *entry = entry_lock(group, false);
+
+	if (entry == NULL)
+		return;
+	SpinLockAcquire(&entry->mutex);
+	entry->wait_floor = Max(entry->wait_floor, own);
+	SpinLockRelease(&entry->mutex);
+	LWLockRelease(pgq_state->lock);
 }
 
 /*
@@ -966,13 +1029,15 @@ void
 pgq_scan_count(const PgqGroupRef *group, int64 n)
 {
 	PgqGroupEntry *entry;
+	PgqGroupKey key;
 
 	if (!pgq_shmem_ready())
 		return;
+	make_key(&key, group->dbid, group->group_id);
 	entry = entry_lock(group, true);
 	if (entry == NULL)
 	{
-		uncounted_add(n);
+		uncounted_add(&key, n);
 		mark_unsure(group);
 		return;
 	}
@@ -994,16 +1059,18 @@ bool
 pgq_scan_end(const PgqGroupRef *group, int64 counted, int64 taken)
 {
 	PgqGroupEntry *entry;
+	PgqGroupKey key;
 	int64		scanning;
 	bool		owed = false;
 
 	if (!pgq_shmem_ready())
 		return false;
+	make_key(&key, group->dbid, group->group_id);
 	entry = entry_lock(group, false);
 	if (entry == NULL)
 	{
 		/* counted in "uncounted" (C2), and its records give back there */
-		uncounted_add(taken - counted);
+		uncounted_add(&key, taken - counted);
 		return false;
 	}
 	SpinLockAcquire(&entry->mutex);
@@ -1020,33 +1087,39 @@ pgq_scan_end(const PgqGroupRef *group, int64 counted, int64 taken)
 
 	/* counted while the group had no entry: that was in "uncounted" */
 	if (scanning < 0)
-		uncounted_add(scanning);
+		uncounted_add(&key, scanning);
 	return owed;
 }
 
 /*
- * Blocks of the group held by open transactions.  False when that is not
- * known: pgq is not preloaded, or the table overflowed and this group may be
- * one that got no entry, or its entry may count too few.
+ * Blocks of the group held by open transactions and sessions, and with
+ * "scans", the most that scans under way may take too: what tells whether
+ * any but one's own may come back (C1), where the held ones alone are what
+ * the statistics show.  False when that is not known: pgq is not preloaded,
+ * or the table overflowed and this group may be one that got no entry, or
+ * its entry may count too few (C2).
  * (Relies on C1 and C2.)
  */
 bool
-pgq_claimed_get(const PgqGroupRef *group, int64 *claimed)
+pgq_claimed_get(const PgqGroupRef *group, bool scans, int64 *claimed)
 {
 	PgqGroupEntry *entry;
+	PgqGroupKey key;
 	bool		known;
 
 	*claimed = 0;
 	if (!pgq_shmem_ready())
 		return false;
+	make_key(&key, group->dbid, group->group_id);
 	entry = entry_lock(group, false);
 	if (entry == NULL)
-		return pg_atomic_read_u64(&pgq_state->uncounted) == 0;
+		return uncounted_get(&key) == 0;
 	SpinLockAcquire(&entry->mutex);
-	if (entry->unsure && pg_atomic_read_u64(&pgq_state->uncounted) == 0)
+	if (entry->unsure && uncounted_get(&key) == 0)
 		entry->unsure = false;
 	known = !entry->unsure;
-	*claimed = known ? entry->claimed + entry->scanning : 0;
+	if (known)
+		*claimed = entry->claimed + (scans ? entry->scanning : 0);
 	SpinLockRelease(&entry->mutex);
 	LWLockRelease(pgq_state->lock);
 	return known;
@@ -1200,16 +1273,17 @@ pgq_materialization_give(Oid role)
 }
 
 /*
- * Are all claims in flight on the group "own" ones (or is that unknown)?
- * (Relies on C1.)
+ * Are all claims in flight on the group "own" ones?  Not if that is not
+ * known.
+ * (Relies on C1 and C2.)
  */
 static bool
 no_claims_by_others(const PgqGroupRef *group, int64 own)
 {
 	int64		claimed;
 
-	if (!pgq_claimed_get(group, &claimed))
-		return true;
+	if (!pgq_claimed_get(group, true, &claimed))
+		return false;
 	return claimed <= own;
 }
 

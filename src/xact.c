@@ -22,11 +22,12 @@
  *
  * Waiting claims of the groups concerned are woken once the outcome is
  * visible: on abort, and on commits that released, completed, failed or
- * dropped something, or that left no claim of the group in flight.
+ * dropped something, or that left no claim of the group in flight but the
+ * waiting claims' own (invariant C3 in shmem.c).
  *
  * The records live in TopTransactionContext and are appended in claim order.
- * The callbacks only read them: no allocation, no SPI and no error may happen
- * after commit.
+ * The callbacks settle them in place: no allocation, no SPI and no error may
+ * happen after commit.
  *
  *-------------------------------------------------------------------------
  */
@@ -749,10 +750,11 @@ settle_claims(int first, bool undone)
 
 		/*
 		 * Only now, after the hint: invariant C1 in shmem.c.  A commit that
-		 * leaves no claim in flight may have left the group unable to yield
-		 * another block: waiters must learn that too.
+		 * leaves no claim in flight but the waiting claims' own may have
+		 * left the group unable to yield another block: they must learn
+		 * that too (C3).
 		 */
-		if (counted > 0 && pgq_claimed_add(group, -counted) <= 0)
+		if (counted > 0 && pgq_claimed_add(group, -counted))
 			wake = true;
 		ncounted -= claims_here;
 		if (dropped)
@@ -840,7 +842,10 @@ pgq_xact_callback(XactEvent event, void *arg)
 			break;
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
+			/* every scan ends before its statement does */
 			Assert(!claiming.active);
+			if (claiming.active)
+				claiming_end();
 			/* before the waiters wake, so that their claims look again */
 			publish_inflight();
 			settle_claims(0, false);

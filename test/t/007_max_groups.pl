@@ -51,8 +51,8 @@ is($node->safe_psql('postgres', q{
 		SELECT string_agg(group_name || '=' || coalesce(claimed::text, 'NULL'), ' '
 		                  ORDER BY group_name)
 		FROM pgq.group_stats WHERE group_name IN ('g1', 'g16', 'g17', 'g18')}),
-	'g1=1 g16=1 g17=NULL g18=NULL',
-	'busy entries are kept; groups without one show claimed as NULL');
+	'g1=1 g16=1 g17=NULL g18=0',
+	'busy entries are kept; a group without one whose claim was not counted shows claimed as NULL');
 is($node->safe_psql('postgres',
 		"SELECT pending FROM pgq.group_stats WHERE group_name = 'g17'"),
 	'4', 'the untracked claim still counts as not pending (without hint)');
@@ -84,6 +84,7 @@ is($node->safe_psql('postgres',
 $node->safe_psql('postgres', q{
 	SELECT pgq.create_group('h' || i, 'SELECT 1', 1) FROM generate_series(1, 16) i;
 	SELECT pgq.create_group('x', 'SELECT g FROM generate_series(1, 2) g', 1);
+	SELECT pgq.create_group('y', 'SELECT g FROM generate_series(1, 2) g', 1);
 });
 my $busy = new_session($node, 'busy');
 $busy->query_ok('BEGIN;');
@@ -98,6 +99,10 @@ is($node->safe_psql('postgres', q{
 is($node->safe_psql('postgres',
 		"SELECT coalesce(claimed::text, 'NULL') FROM pgq.group_stats WHERE group_name = 'x'"),
 	'NULL', 'the entry made meanwhile does not know its count');
+is($node->safe_psql('postgres', q{
+		BEGIN; SELECT ids FROM pgq.claim('y'); COMMIT;
+		SELECT claimed FROM pgq.group_stats WHERE group_name = 'y'}),
+	"{1}\n0", 'the entry of another group made meanwhile knows its count');
 
 my $obs = new_session($node, 'observer');
 my $w = new_session($node, 'w');
