@@ -482,3 +482,45 @@ LANGUAGE C VOLATILE;
 
 COMMENT ON FUNCTION pgq.fail_many(bigint[], text[], interval, integer[], bigint, bytea[]) IS
 'record failed attempts of claimed blocks and items in one call; returns the ids the caller held';
+
+-- Hearing when work is finished.  pgq.results waits for any or all of a set
+-- of a queue's items in one call.  A queue whose owner turns on
+-- pgq.notify_finished announces the items that each commit leaves done or
+-- dead on its finished channel, which pgq.channel(queue, finished => true)
+-- tells the roles that may use the queue.  Off for every queue, and for
+-- those that existed before the update.  pgq.channel is dropped and created
+-- again, as an argument cannot be added in place.
+ALTER TABLE pgq.groups ADD COLUMN notify_finished boolean NOT NULL DEFAULT false;
+
+DROP FUNCTION pgq.channel(text);
+
+CREATE FUNCTION pgq.channel(group_name text, finished boolean DEFAULT false)
+RETURNS text
+AS 'MODULE_PATHNAME', 'pgq_channel'
+LANGUAGE C VOLATILE STRICT;
+
+COMMENT ON FUNCTION pgq.channel(text, boolean) IS
+'the channel to LISTEN on for the group''s notifications (pgq.notify), or for the queue''s finished items; for roles that may consume or produce it';
+
+CREATE FUNCTION pgq.notify_finished(queue_name text,
+                                    enabled boolean DEFAULT true)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'pgq_notify_finished'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION pgq.notify_finished(text, boolean) IS
+'turn the NOTIFY of the queue''s done and dead items on or off; true if that changed it';
+
+CREATE FUNCTION pgq.results(queue_name text, block_ids bigint[],
+                            wait interval DEFAULT NULL,
+                            wait_for text DEFAULT 'all',
+                            OUT block_id bigint, OUT state text,
+                            OUT result jsonb, OUT result_data bytea,
+                            OUT attempt integer, OUT last_error text,
+                            OUT last_error_data bytea)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'pgq_results'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION pgq.results(text, bigint[], interval, text) IS
+'the state and result of each of a queue''s items, waiting up to "wait" for all or any of them to be done or dead';

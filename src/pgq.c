@@ -26,6 +26,7 @@
 
 #include "pgq.h"
 #include "advisory.h"
+#include "events.h"
 #include "lease.h"
 #include "materialize.h"
 #include "quota.h"
@@ -137,6 +138,7 @@ _PG_init(void)
 	pgq_xact_init();
 	pgq_advisory_init();
 	pgq_wait_init();
+	pgq_events_init();
 	pgq_lease_init();
 
 	/*

@@ -47,6 +47,7 @@
 #include "pgq.h"
 #include "blockscan.h"
 #include "claim.h"
+#include "events.h"
 #include "group.h"
 #include "iteminsert.h"
 #include "lease.h"
@@ -594,7 +595,8 @@ promote_due(const PgqGroup *group, TimestampTz now, bool fenced)
 		Oid			argtypes[4] = {INT8OID, TIMESTAMPTZOID, INT4OID, INT4OID};
 
 		plans[fenced] = pgq_keep_plan(fenced ?
-									  PROMOTE_DUE(TRIES_FENCED) "RETURNING d.moved_xmin" :
+									  PROMOTE_DUE(TRIES_FENCED)
+									  "RETURNING d.moved_xmin, i.item_id, i.state" :
 									  PROMOTE_DUE(TRIES_0_1),
 									  4, argtypes);
 	}
@@ -610,6 +612,7 @@ promote_due(const PgqGroup *group, TimestampTz now, bool fenced)
 		pgq_claim_changed_more();
 	if (fenced)
 	{
+		pgq_events_note_rows(&group->ref, 2, 0, 3, 0);
 		for (uint64 i = 0; i < SPI_processed; i++)
 		{
 			bool		isnull;
@@ -818,6 +821,7 @@ pgq_queue_claim(const PgqGroup *group, int max_items, PgqClaimed *items,
 				elog(ERROR, "could not claim items: %s", SPI_result_code_string(rc));
 			n += items_from_spi(group, items + n, cxt);
 		}
+		pgq_events_note_claimed(&group->ref, items, n);
 	}
 	qsort(items, n, sizeof(PgqClaimed), compare_items);
 	return n;
@@ -887,7 +891,10 @@ pgq_queue_complete(const PgqGroup *group, int64 item_id,
 						   5, argtypes, values, nulls);
 	}
 	if (done)
+	{
 		pgq_xact_wake_at_commit(&group->ref);
+		pgq_events_note(&group->ref, &item_id, 1, 'd');
+	}
 	return done;
 }
 
@@ -1036,7 +1043,10 @@ pgq_queue_fail(const PgqGroup *group, int64 item_id, FunctionCallInfo fcinfo,
 						   argtypes, values, nulls);
 #undef FAIL_ITEM
 	if (done)
+	{
 		pgq_xact_wake_at_commit(&group->ref);
+		pgq_events_note_current(&group->ref, item_id);
+	}
 	return done;
 }
 
@@ -1194,6 +1204,7 @@ complete_items(PgqArrayArg *ids, PgqArrayArg *attempts, PgqArrayArg *results, in
 													   1, &isnull));
 	}
 	wake_returned_groups(2);
+	pgq_events_note_rows(NULL, 1, 2, 0, 'd');
 }
 
 /*
@@ -1410,6 +1421,7 @@ retry_item(int64 item_id)
 				 errhint("Only done and dead-lettered items can be retried.")));
 	}
 	pgq_announce_claimable(&group.ref, group.name);
+	pgq_events_note(&group.ref, &item_id, 1, 'p');
 	return true;
 }
 

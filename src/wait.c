@@ -44,6 +44,7 @@
 #include "utils/wait_event.h"
 
 #include "pgq.h"
+#include "events.h"
 #include "group.h"
 #include "privilege.h"
 #include "wait.h"
@@ -363,10 +364,12 @@ pgq_notify_group(const char *group_name)
 }
 
 /*
- * pgq.channel(group_name) -> text  (since 0.2)
+ * pgq.channel(group_name, finished) -> text  (since 0.2)
  *
  * The channel on which pgq notifies the group's listeners: for the roles
- * that may consume or produce the group.
+ * that may consume or produce the group.  With finished, the queue's
+ * channel for its finished items (see events.c): the same name with
+ * "_finished" after it.
  */
 Datum
 pgq_channel(PG_FUNCTION_ARGS)
@@ -375,17 +378,25 @@ pgq_channel(PG_FUNCTION_ARGS)
 	PgqGroup	group;
 	char	   *channel;
 	Datum		result;
+	bool		finished = PG_NARGS() > 1 && PG_GETARG_BOOL(1);
 
 	pgq_check_name(PG_GETARG_TEXT_PP(0));
 	pgq_enter(&scope);
 	SPI_connect();
 	pgq_lookup_group(PG_GETARG_TEXT_PP(0), &group);
 	pgq_check_privilege(&group, PGQ_PRIV_USE);
+	if (finished && group.kind != PGQ_KIND_QUEUE)
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("\"%s\" is a query group, not a queue", group.name),
+				 errdetail("Only queues announce finished items.")));
 	channel = found_group_channel(&group.ref);
 	if (channel == NULL)		/* dropped since the lookup */
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("group \"%s\" does not exist", group.name)));
+	if (finished)
+		channel = psprintf("%s%s", channel, PGQ_FINISHED_SUFFIX);
 	/* out of SPI's memory, which SPI_finish() frees */
 	result = SPI_datumTransfer(PointerGetDatum(cstring_to_text(channel)),
 							   false, -1);
