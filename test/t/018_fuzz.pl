@@ -892,6 +892,24 @@ sub gen_result
 	return ('result', pick("SELECT * FROM $c", "SELECT $c"));
 }
 
+sub gen_results
+{
+	my @kinds = qw(Q Q D D I P T B);
+	my $ids = array_of('bigint', pick(0, 1, 3, 10),
+		sub { (id_att(@kinds))[0] });
+	my $c = call('results', [ name_arg(queue => 1), $ids ], [
+		[ 'wait', pick(@waits), 0.4 ],
+		[ 'wait_for', pick("'any'", "'all'", "'all'", @texts), 0.4 ] ]);
+	return ('results', pick("SELECT * FROM $c", "SELECT count(*) FROM $c"));
+}
+
+sub gen_notify_finished
+{
+	my $c = call('notify_finished', [ name_arg(queue => 1, nodrop => 1) ],
+		[ [ 'enabled', pick('true', 'true', 'false', 'NULL'), 0.7 ] ]);
+	return ('notify_finished', "SELECT $c");
+}
+
 sub gen_wake_maintenance
 {
 	return ('wake_maintenance', 'SELECT pgq.wake_maintenance()');
@@ -987,7 +1005,8 @@ sub gen_rematerialize
 
 sub gen_channel
 {
-	return ('channel', 'SELECT pgq.channel(' . name_arg() . ')');
+	return ('channel', 'SELECT pgq.channel(' . name_arg()
+		  . (chance(0.3) ? ', finished => ' . pick('true', 'false', 'NULL') : '') . ')');
 }
 
 sub gen_has_group_privilege
@@ -1037,6 +1056,8 @@ my %generator_of = (
 	'retry(key)' => [ \&gen_retry_key, 2 ], result => [ \&gen_result, 5 ],
 	release_many => [ \&gen_release_many, 3 ],
 	fail_many => [ \&gen_fail_many, 3 ], item => [ \&gen_item, 2 ],
+	results => [ \&gen_results, 3 ],
+	notify_finished => [ \&gen_notify_finished, 2 ],
 	wake_maintenance => [ \&gen_wake_maintenance, 1 ],
 	inflight => [ \&gen_inflight, 2 ], grant => [ \&gen_grant, 3 ],
 	may_see => [ \&gen_may_see, 1 ], pause => [ \&gen_pause, 2 ],

@@ -210,8 +210,9 @@ sub normalise
 		# a notification names the notifying backend's pid ...
 		s/(received from server process with PID )\d+/$1<pid>/;
 
-		# ... and the group's channel, a random name (pgq.channel)
-		s/\bpgq_[0-9a-f]{32}\b/pgq_<channel>/g;
+		# ... and the group's channel, a random name (pgq.channel), also
+		# as the start of a queue's finished channel
+		s/\bpgq_[0-9a-f]{32}(?=\b|_finished\b)/pgq_<channel>/g;
 
 		# trailing spaces: psql pads the last column
 		s/\s+$//;
