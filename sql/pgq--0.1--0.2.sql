@@ -524,3 +524,162 @@ LANGUAGE C VOLATILE;
 
 COMMENT ON FUNCTION pgq.results(text, bigint[], interval, text) IS
 'the state and result of each of a queue''s items, waiting up to "wait" for all or any of them to be done or dead';
+-- Per-queue retention.  A queue keeps a finished (done or dead) item's
+-- payload, data, result and errors for "retention", and its key taken for
+-- "key_retention" (never less than retention), counted from finished_at;
+-- NULL takes the cluster's pgq.retention, 'infinity' keeps for ever.  Past
+-- retention a maintenance pass sets the row's payload, data, result,
+-- result_data, last_error and errors to NULL, in place: the row keeps its
+-- key in items_key_idx, so an enqueue of the key meets it there as before,
+-- and only its fixed-size columns stay (about 150 bytes with its index
+-- entries, against the payload's size; docs/queues.md has the numbers).
+-- Enqueues refuse an item without payload and data, so such a row is one
+-- that retention stripped.  Past key_retention the pass removes the row.
+--
+-- The settings are of type pgq.retention_interval: an interval, or
+-- 'infinity', which interval itself reads only from PostgreSQL 17 on.  It
+-- is stored as interval is (17 stores its infinity so too), and an
+-- interval converts to it implicitly, so that retention => interval '30
+-- days', a driver's interval parameter and retention => 'infinity' all
+-- work.
+CREATE TYPE pgq.retention_interval;
+
+CREATE FUNCTION pgq.retention_interval_in(cstring)
+RETURNS pgq.retention_interval
+AS 'MODULE_PATHNAME', 'pgq_retention_interval_in'
+LANGUAGE C IMMUTABLE STRICT;
+
+CREATE FUNCTION pgq.retention_interval_out(pgq.retention_interval)
+RETURNS cstring
+AS 'MODULE_PATHNAME', 'pgq_retention_interval_out'
+LANGUAGE C IMMUTABLE STRICT;
+
+CREATE FUNCTION pgq.retention_interval_recv(internal)
+RETURNS pgq.retention_interval
+AS 'MODULE_PATHNAME', 'pgq_retention_interval_recv'
+LANGUAGE C IMMUTABLE STRICT;
+
+CREATE FUNCTION pgq.retention_interval_send(pgq.retention_interval)
+RETURNS bytea
+AS 'MODULE_PATHNAME', 'pgq_retention_interval_send'
+LANGUAGE C IMMUTABLE STRICT;
+
+CREATE TYPE pgq.retention_interval (
+    INPUT = pgq.retention_interval_in,
+    OUTPUT = pgq.retention_interval_out,
+    RECEIVE = pgq.retention_interval_recv,
+    SEND = pgq.retention_interval_send,
+    LIKE = pg_catalog.interval
+);
+
+COMMENT ON TYPE pgq.retention_interval IS
+'how long a queue keeps finished items: an interval, or infinity';
+
+CREATE CAST (pg_catalog.interval AS pgq.retention_interval)
+    WITHOUT FUNCTION AS IMPLICIT;
+
+ALTER TABLE pgq.groups ADD COLUMN retention pgq.retention_interval,
+                       ADD COLUMN key_retention pgq.retention_interval;
+
+-- Retention looks for a queue's finished items by finish time, through one
+-- of two indexes: the rows that still have their payloads (to strip or
+-- remove), and those that keep only their keys (to remove).  A pass reads
+-- only what it changes, however many keys are kept.
+DROP INDEX pgq.items_finished_idx;
+CREATE INDEX items_finished_idx ON pgq.items (group_id, finished_at)
+    WHERE state IN ('d', 'f') AND (payload IS NOT NULL OR data IS NOT NULL);
+CREATE INDEX items_kept_keys_idx ON pgq.items (group_id, finished_at)
+    WHERE state IN ('d', 'f') AND payload IS NULL AND data IS NULL;
+
+DROP FUNCTION pgq.create_queue(text, text, interval, integer, interval,
+                               interval, regrole);
+
+CREATE FUNCTION pgq.create_queue(group_name text,
+                                 mode text DEFAULT 'lease',
+                                 lease interval DEFAULT '5 minutes',
+                                 max_attempts integer DEFAULT 5,
+                                 backoff interval DEFAULT '10 seconds',
+                                 max_backoff interval DEFAULT '1 hour',
+                                 owner regrole DEFAULT NULL,
+                                 retention pgq.retention_interval DEFAULT NULL,
+                                 key_retention pgq.retention_interval DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'pgq_create_queue'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION pgq.create_queue(text, text, interval, integer, interval,
+                                     interval, regrole, pgq.retention_interval,
+                                     pgq.retention_interval) IS
+'create a queue that producers fill with pgq.enqueue; true for the caller that created it';
+
+CREATE FUNCTION pgq.set_retention(queue_name text,
+                                  retention pgq.retention_interval,
+                                  key_retention pgq.retention_interval)
+RETURNS void
+AS 'MODULE_PATHNAME', 'pgq_set_retention'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION pgq.set_retention(text, pgq.retention_interval,
+                                      pgq.retention_interval) IS
+'change how long a queue keeps finished items and their keys; for its owner';
+
+-- done and dead count the items that have their payloads; kept_keys those
+-- past retention that keep only their keys.  retention and key_retention
+-- are the queue's own settings (NULL: pgq.retention).
+CREATE OR REPLACE VIEW pgq.queue_stats WITH (security_barrier) AS
+SELECT g.group_name AS queue_name,
+       g.mode,
+       count(i.item_id) FILTER (WHERE i.state = 'p'
+                                   OR (i.state IN ('c', 'r')
+                                       AND i.due_at <= now())) AS pending,
+       count(i.item_id) FILTER (WHERE i.state = 'r' AND i.due_at > now())
+           AS scheduled,
+       count(i.item_id) FILTER (WHERE i.state = 'c' AND i.due_at > now())
+           AS running,
+       count(i.item_id) FILTER (WHERE i.state = 'd'
+                                  AND (i.payload IS NOT NULL
+                                       OR i.data IS NOT NULL)) AS done,
+       count(i.item_id) FILTER (WHERE i.state = 'f'
+                                  AND (i.payload IS NOT NULL
+                                       OR i.data IS NOT NULL)) AS dead,
+       now() - min(CASE WHEN i.state = 'p' THEN i.enqueued_at
+                        WHEN i.state IN ('c', 'r') AND i.due_at <= now()
+                        THEN greatest(i.enqueued_at, i.due_at)
+                   END) AS oldest_pending_age,
+       g.lease,
+       g.max_attempts,
+       g.backoff,
+       g.max_backoff,
+       g.owner,
+       g.created_at,
+       g.paused,
+       count(i.item_id) FILTER (WHERE i.state IN ('d', 'f')
+                                  AND i.payload IS NULL
+                                  AND i.data IS NULL) AS kept_keys,
+       g.retention,
+       g.key_retention
+FROM pgq.groups g
+LEFT JOIN pgq.items i ON i.group_id = g.group_id
+WHERE g.kind = 'queue'
+  AND pgq.may_see(g.owner, g.consumers, g.producers)
+GROUP BY g.group_id;
+
+-- Items past retention have nothing left to look at: dead_items lists the
+-- dead-lettered items that still have their payloads and errors.
+CREATE OR REPLACE VIEW pgq.dead_items WITH (security_barrier) AS
+SELECT g.group_name AS queue_name,
+       i.item_id,
+       i.key,
+       i.attempt,
+       i.last_error,
+       i.errors,
+       i.payload,
+       i.enqueued_at,
+       i.finished_at AS failed_at,
+       pg_catalog.decode(i.errors -> (-1) ->> 'data', 'base64')
+           AS last_error_data
+FROM pgq.items i
+JOIN pgq.groups g ON g.group_id = i.group_id
+WHERE i.state = 'f'
+  AND (i.payload IS NOT NULL OR i.data IS NOT NULL)
+  AND pgq.may_see(g.owner, g.consumers, g.producers);

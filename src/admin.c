@@ -2,7 +2,8 @@
  *
  * admin.c
  *	  What a group's owner does from psql: pause and resume a group, purge
- *	  finished work, and run a failed materialization again.
+ *	  finished work, change a queue's retention, and run a failed
+ *	  materialization again.
  *
  * Each needs the owner's privilege (see privilege.c).  A paused group hands
  * out nothing: claims return no rows, and waiting claims keep waiting until
@@ -23,12 +24,14 @@
 #include "materialize.h"
 #include "privilege.h"
 #include "wait.h"
+#include "worker.h"
 #include "xact.h"
 
 PG_FUNCTION_INFO_V1(pgq_pause);
 PG_FUNCTION_INFO_V1(pgq_resume);
 PG_FUNCTION_INFO_V1(pgq_purge);
 PG_FUNCTION_INFO_V1(pgq_rematerialize);
+PG_FUNCTION_INFO_V1(pgq_set_retention);
 
 /*
  * Start an owner's operation on the group named by argument 0: look it up,
@@ -211,4 +214,49 @@ pgq_rematerialize(PG_FUNCTION_ARGS)
 	pgq_start_materialization(group.ref.group_id);
 	end_admin(&scope);
 	PG_RETURN_BOOL(true);
+}
+
+/*
+ * pgq.set_retention(queue_name, retention, key_retention) -> void
+ *
+ * Set how long the queue keeps its finished items' payloads and results,
+ * and their keys (NULL: pgq.retention), from this transaction's commit on;
+ * the next maintenance pass applies them.  Payloads that a pass dropped
+ * already do not come back.
+ */
+Datum
+pgq_set_retention(PG_FUNCTION_ARGS)
+{
+	PgqGroup	group;
+	PgqScope	scope;
+	Oid			argtypes[3] = {INT8OID, INTERVALOID, INTERVALOID};
+	Datum		values[3];
+	char		nulls[3] = {' ', ' ', ' '};
+	int			rc;
+
+	for (int i = 1; i < 3; i++)
+	{
+		values[i] = PG_ARGISNULL(i) ? (Datum) 0 : PG_GETARG_DATUM(i);
+		nulls[i] = PG_ARGISNULL(i) ? 'n' : ' ';
+		if (!PG_ARGISNULL(i))
+			pgq_check_retention(i == 1 ? "retention" : "key_retention",
+								PG_GETARG_INTERVAL_P(i));
+	}
+	pgq_check_key_retention(!PG_ARGISNULL(1), values[1],
+							!PG_ARGISNULL(2), values[2]);
+	begin_admin(fcinfo, "change a queue's retention", &group, &scope);
+	if (group.kind != PGQ_KIND_QUEUE)
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("\"%s\" is a query group, not a queue", group.name),
+				 errhint("Query groups are removed whole once pgq.retention has passed since they drained.")));
+	values[0] = Int64GetDatum(group.ref.group_id);
+	rc = SPI_execute_with_args("UPDATE pgq.groups "
+							   "SET retention = $2, key_retention = $3 "
+							   "WHERE group_id " OP("=") " $1",
+							   3, argtypes, values, nulls, false, 0);
+	if (rc != SPI_OK_UPDATE)
+		elog(ERROR, "could not update group: %s", SPI_result_code_string(rc));
+	end_admin(&scope);
+	PG_RETURN_VOID();
 }

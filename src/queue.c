@@ -56,6 +56,7 @@
 #include "quota.h"
 #include "shmem.h"
 #include "wait.h"
+#include "worker.h"
 #include "xact.h"
 
 /* InitMaterializedSRF() appeared in 15.1, after SetSingleFuncCall() in 15.0 */
@@ -168,12 +169,35 @@ lock_queue_to_produce(text *name, PgqGroup *group)
 }
 
 /*
+ * Does an existing queue's row (columns 2 and 3: retention, key_retention)
+ * have the retention settings that create_queue was given (arguments 7 and
+ * 8 of values and nulls)?  Those not given match any.
+ */
+static bool
+retention_matches(HeapTuple row, TupleDesc tupdesc, const char *nulls,
+				  const Datum *values)
+{
+	for (int i = 0; i < 2; i++)
+	{
+		bool		isnull;
+		Datum		have = SPI_getbinval(row, tupdesc, i + 2, &isnull);
+
+		if (nulls[7 + i] == ' ' &&
+			!pgq_retention_equal(isnull, have, false, values[7 + i]))
+			return false;
+	}
+	return true;
+}
+
+/*
  * pgq.create_queue(group_name, mode, lease, max_attempts, backoff,
- *					max_backoff, owner) -> boolean
+ *					max_backoff, owner, retention, key_retention) -> boolean
  *
  * True for the caller that created the queue, false for callers that find
  * it with the same settings and may join it (see pgq_check_join()); other
- * settings under the name are an error.
+ * settings under the name are an error.  retention and key_retention (NULL:
+ * pgq.retention) are compared only when given, as pgq.set_retention() may
+ * have changed them since.
  */
 Datum
 pgq_create_queue(PG_FUNCTION_ARGS)
@@ -182,12 +206,14 @@ pgq_create_queue(PG_FUNCTION_ARGS)
 	"backoff", "max_backoff"};
 	text	   *name;
 	PgqMode		mode;
-	Oid			argtypes[7] = {TEXTOID, TEXTOID, INTERVALOID, INT4OID,
-	INTERVALOID, INTERVALOID, REGROLEOID};
+	Oid			argtypes[9] = {TEXTOID, TEXTOID, INTERVALOID, INT4OID,
+	INTERVALOID, INTERVALOID, REGROLEOID, INTERVALOID, INTERVALOID};
 	Oid			join_argtypes[6] = {INT8OID, TEXTOID, INTERVALOID, INT4OID,
 	INTERVALOID, INTERVALOID};
 	Datum		join_values[6];
-	Datum		values[7];
+	Datum		values[9];
+	char		nulls[9];
+	bool		has_retention;
 	Oid			owner;
 	int			rc;
 	PgqScope	scope;
@@ -213,6 +239,22 @@ pgq_create_queue(PG_FUNCTION_ARGS)
 	pgq_check_duration("max_backoff", PG_GETARG_INTERVAL_P(5));
 	/* owner => (since 0.2) */
 	owner = PG_NARGS() > 6 && !PG_ARGISNULL(6) ? PG_GETARG_OID(6) : InvalidOid;
+	/* retention =>, key_retention => (since 0.2) */
+	has_retention = PG_NARGS() > 8;
+	memset(nulls, ' ', sizeof(nulls));
+	for (int i = 7; i < 9; i++)
+	{
+		nulls[i] = 'n';
+		values[i] = (Datum) 0;
+		if (has_retention && !PG_ARGISNULL(i))
+		{
+			pgq_check_retention(i == 7 ? "retention" : "key_retention",
+								PG_GETARG_INTERVAL_P(i));
+			nulls[i] = ' ';
+			values[i] = PG_GETARG_DATUM(i);
+		}
+	}
+	pgq_check_key_retention(nulls[7] == ' ', values[7], nulls[8] == ' ', values[8]);
 	pgq_check_not_in_recovery("create a queue");
 
 	for (int i = 0; i < 6; i++)
@@ -228,17 +270,26 @@ pgq_create_queue(PG_FUNCTION_ARGS)
 		bool		isnull;
 
 		CHECK_FOR_INTERRUPTS();
-		rc = SPI_execute_with_args("INSERT INTO pgq.groups "
-								   "(group_name, kind, mode, block_size, state, "
-								   "owner, search_path, settings, lease, "
-								   "max_attempts, backoff, max_backoff, "
-								   "total_ids, total_blocks, ready_at) "
-								   "VALUES ($1, 'queue', $2, 1, 'ready', $7, "
-								   "pg_catalog.current_setting('search_path'), "
-								   "'{}', $3, $4, $5, $6, 0, 0, "
-								   "pg_catalog.clock_timestamp()) "
-								   "ON CONFLICT (group_name) DO NOTHING",
-								   7, argtypes, values, NULL, false, 0);
+		/* the retention settings are typed as interval: binary coercible */
+#define INSERT_QUEUE(cols, vals) \
+	"INSERT INTO pgq.groups " \
+	"(group_name, kind, mode, block_size, state, " \
+	"owner, search_path, settings, lease, " \
+	"max_attempts, backoff, max_backoff, " \
+	"total_ids, total_blocks, ready_at" cols ") " \
+	"VALUES ($1, 'queue', $2, 1, 'ready', $7, " \
+	"pg_catalog.current_setting('search_path'), " \
+	"'{}', $3, $4, $5, $6, 0, 0, " \
+	"pg_catalog.clock_timestamp()" vals ") " \
+	"ON CONFLICT (group_name) DO NOTHING"
+		if (has_retention)
+			rc = SPI_execute_with_args(INSERT_QUEUE(", retention, key_retention",
+													", $8, $9"),
+									   9, argtypes, values, nulls, false, 0);
+		else
+			rc = SPI_execute_with_args(INSERT_QUEUE("", ""),
+									   7, argtypes, values, nulls, false, 0);
+#undef INSERT_QUEUE
 		if (rc != SPI_OK_INSERT)
 			elog(ERROR, "could not insert a queue: %s", SPI_result_code_string(rc));
 		if (SPI_processed == 1)
@@ -262,19 +313,27 @@ pgq_create_queue(PG_FUNCTION_ARGS)
 		join_values[0] = Int64GetDatum(existing.ref.group_id);
 		for (int i = 1; i < 6; i++)
 			join_values[i] = values[i];
-		rc = pgq_execute_fresh("SELECT mode " OP("=") " $2 "
-							   "AND lease " OP("=") " $3 "
-							   "AND max_attempts " OP("=") " $4 "
-							   "AND backoff " OP("=") " $5 "
-							   "AND max_backoff " OP("=") " $6 "
-							   "FROM pgq.groups WHERE group_id " OP("=") " $1",
+#define JOIN_QUEUE(cols) \
+	"SELECT mode " OP("=") " $2 " \
+	"AND lease " OP("=") " $3 " \
+	"AND max_attempts " OP("=") " $4 " \
+	"AND backoff " OP("=") " $5 " \
+	"AND max_backoff " OP("=") " $6" cols " " \
+	"FROM pgq.groups WHERE group_id " OP("=") " $1"
+		rc = pgq_execute_fresh(has_retention ?
+							   JOIN_QUEUE(", retention, key_retention") :
+							   JOIN_QUEUE(""),
 							   6, join_argtypes, join_values);
+#undef JOIN_QUEUE
 		if (rc != SPI_OK_SELECT)
 			elog(ERROR, "could not read group: %s", SPI_result_code_string(rc));
 		if (SPI_processed == 0)
 			continue;			/* dropped meanwhile: try again */
 		if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
-										SPI_tuptable->tupdesc, 1, &isnull)))
+										SPI_tuptable->tupdesc, 1, &isnull)) ||
+			(has_retention &&
+			 !retention_matches(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+								nulls, values)))
 			ereport(ERROR,
 					(errcode(ERRCODE_DUPLICATE_OBJECT),
 					 errmsg("queue \"%s\" already exists with other settings",
@@ -1397,6 +1456,7 @@ retry_item(int64 item_id)
 	"WHERE group_id " OP("=") " $1 " \
 	"AND item_id " OP("=") " $2 " \
 	"AND state " OP("=") " ANY ('{d,f}'::pg_catalog.\"char\"[]) " \
+	"AND (payload IS NOT NULL OR data IS NOT NULL) " \
 	"RETURNING item_id"
 	rc = SPI_execute_with_args(items_fenced() ?
 							   RETRY_ITEM("tries = 0, ") : RETRY_ITEM("attempt = 0, "),
@@ -1407,13 +1467,28 @@ retry_item(int64 item_id)
 	if (SPI_processed == 0)
 	{
 		char	   *state = "gone";
+		bool		isnull;
 
-		rc = SPI_execute_with_args("SELECT state FROM pgq.items "
+		rc = SPI_execute_with_args("SELECT state, payload IS NULL AND data IS NULL "
+								   "FROM pgq.items "
 								   "WHERE group_id " OP("=") " $1 "
 								   "AND item_id " OP("=") " $2",
 								   2, argtypes, values, NULL, false, 1);
 		if (rc == SPI_OK_SELECT && SPI_processed == 1)
+		{
 			state = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+			/* past its queue's retention, only the key is left */
+			if ((state[0] == 'd' || state[0] == 'f') &&
+				DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
+										   SPI_tuptable->tupdesc, 2, &isnull)))
+				ereport(ERROR,
+						(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+						 errmsg("item " INT64_FORMAT " cannot be retried: its payload was dropped",
+								item_id),
+						 errdetail("The item is %s, and past its queue's retention: only its key is kept, until key_retention has passed.",
+								   item_state_name(state[0])),
+						 errhint("Enqueue the work again under another key; see pgq.set_retention() to keep payloads longer.")));
+		}
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("item " INT64_FORMAT " is not done or dead-lettered", item_id),

@@ -13,6 +13,9 @@
  *	  retries came due (they would otherwise wait for their recheck);
  *	- marks failed the asynchronous materializations whose writer is gone;
  *	- removes drained and failed groups once pgq.retention has passed;
+ *	- applies each queue's retention to its finished items: past retention
+ *	  it drops their payloads, data, results and errors and keeps their
+ *	  keys, past key_retention it removes them (see apply_queue_retention());
  *	- clears out advisory-worker registrations whose session is gone.
  *
  * A pass holds its database only for a moment, and the launcher none at
@@ -29,6 +32,7 @@
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_database.h"
 #include "commands/dbcommands.h"
 #include "commands/extension.h"
@@ -37,6 +41,7 @@
 #include "fmgr.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
+#include "parser/scansup.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
@@ -44,10 +49,13 @@
 #include "storage/latch.h"
 #include "storage/proc.h"
 #include "tcop/tcopprot.h"
+#include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/resowner.h"
 #include "utils/snapmgr.h"
+#include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
 #include "pgq.h"
@@ -81,6 +89,22 @@ static bool wake_at_commit = false;
 static bool wake_callback_registered = false;
 
 PG_FUNCTION_INFO_V1(pgq_wake_maintenance);
+PG_FUNCTION_INFO_V1(pgq_retention_interval_in);
+PG_FUNCTION_INFO_V1(pgq_retention_interval_out);
+PG_FUNCTION_INFO_V1(pgq_retention_interval_recv);
+PG_FUNCTION_INFO_V1(pgq_retention_interval_send);
+
+/*
+ * A queue's retention or key retention that keeps for ever: 'infinity',
+ * stored as PostgreSQL 17 stores an infinite interval, which 15 and 16
+ * cannot read as an interval (see pgq.retention_interval).
+ */
+#define RETENTION_IS_INFINITE(i) \
+	((i)->month == PG_INT32_MAX && (i)->day == PG_INT32_MAX && \
+	 (i)->time == PG_INT64_MAX)
+
+/* The longest finite retention: its cutoff must be a valid timestamp. */
+#define RETENTION_MAX_MONTHS	(1000 * MONTHS_PER_YEAR)
 
 PGDLLEXPORT void pgq_launcher_main(Datum arg);
 PGDLLEXPORT void pgq_maintenance_main(Datum arg);
@@ -284,6 +308,132 @@ pgq_launcher_main(Datum arg)
 						 sleep_ms, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 	}
+}
+
+/*
+ * pgq.retention_interval's input: 'infinity' (any case, with blanks
+ * around), or what interval reads.
+ */
+Datum
+pgq_retention_interval_in(PG_FUNCTION_ARGS)
+{
+	char	   *str = PG_GETARG_CSTRING(0);
+	char	   *start = str;
+	size_t		len;
+	Interval   *result;
+
+	while (scanner_isspace(*start))
+		start++;
+	len = strlen(start);
+	while (len > 0 && scanner_isspace(start[len - 1]))
+		len--;
+	if ((len == 8 && pg_strncasecmp(start, "infinity", 8) == 0) ||
+		(len == 9 && pg_strncasecmp(start, "+infinity", 9) == 0))
+	{
+		result = palloc(sizeof(Interval));
+		result->month = PG_INT32_MAX;
+		result->day = PG_INT32_MAX;
+		result->time = PG_INT64_MAX;
+		PG_RETURN_INTERVAL_P(result);
+	}
+	return DirectFunctionCall3(interval_in, CStringGetDatum(str),
+							   ObjectIdGetDatum(InvalidOid), Int32GetDatum(-1));
+}
+
+/* pgq.retention_interval's output: 'infinity', or as interval writes it. */
+Datum
+pgq_retention_interval_out(PG_FUNCTION_ARGS)
+{
+	Interval   *span = PG_GETARG_INTERVAL_P(0);
+
+	if (RETENTION_IS_INFINITE(span))
+		PG_RETURN_CSTRING(pstrdup("infinity"));
+	return DirectFunctionCall1(interval_out, IntervalPGetDatum(span));
+}
+
+/* pgq.retention_interval's binary input: as interval's. */
+Datum
+pgq_retention_interval_recv(PG_FUNCTION_ARGS)
+{
+	return DirectFunctionCall3(interval_recv, PG_GETARG_DATUM(0),
+							   ObjectIdGetDatum(InvalidOid), Int32GetDatum(-1));
+}
+
+/* pgq.retention_interval's binary output: as interval's. */
+Datum
+pgq_retention_interval_send(PG_FUNCTION_ARGS)
+{
+	return DirectFunctionCall1(interval_send, PG_GETARG_DATUM(0));
+}
+
+/*
+ * A queue's retention or key retention: infinity, or 0 to 1000 years (its
+ * cutoff, now less the span, must be a timestamp).
+ */
+void
+pgq_check_retention(const char *argname, const Interval *span)
+{
+	Interval	zero = {0};
+	Interval	most = {0};
+
+	if (RETENTION_IS_INFINITE(span))
+		return;
+	most.month = RETENTION_MAX_MONTHS;
+	if (DatumGetInt32(DirectFunctionCall2(interval_cmp,
+										  IntervalPGetDatum(span),
+										  IntervalPGetDatum(&zero))) < 0 ||
+		DatumGetInt32(DirectFunctionCall2(interval_cmp,
+										  IntervalPGetDatum(span),
+										  IntervalPGetDatum(&most))) > 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be between 0 and 1000 years, or infinity",
+						argname),
+				 errdetail("The value given is %s.",
+						   DatumGetCString(DirectFunctionCall1(interval_out,
+															   IntervalPGetDatum(span)))),
+				 errhint("Pass 'infinity' to keep for ever, or NULL for pgq.retention.")));
+}
+
+/*
+ * A queue's key retention is at least its retention: given both, a shorter
+ * key_retention is an error.  (Should one of them be pgq.retention, a pass
+ * takes the longer of the two as the key retention instead.)
+ */
+void
+pgq_check_key_retention(bool has_retention, Datum retention,
+						bool has_key_retention, Datum key_retention)
+{
+	Interval   *keep;
+	Interval   *key_keep;
+
+	if (!has_retention || !has_key_retention)
+		return;
+	keep = DatumGetIntervalP(retention);
+	key_keep = DatumGetIntervalP(key_retention);
+	if (RETENTION_IS_INFINITE(key_keep) ||
+		(!RETENTION_IS_INFINITE(keep) &&
+		 DatumGetInt32(DirectFunctionCall2(interval_cmp, key_retention,
+										   retention)) >= 0))
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("key_retention must not be shorter than retention"),
+			 errdetail("A key is kept as long as its item at least: retention is %s, key_retention %s.",
+					   DatumGetCString(DirectFunctionCall1(pgq_retention_interval_out, retention)),
+					   DatumGetCString(DirectFunctionCall1(pgq_retention_interval_out, key_retention)))));
+}
+
+/*
+ * Are two retention settings (NULL: the cluster's) the same?  Intervals
+ * compare as interval's "=" does: '1 day' is '24 hours'.
+ */
+bool
+pgq_retention_equal(bool isnull1, Datum d1, bool isnull2, Datum d2)
+{
+	if (isnull1 || isnull2)
+		return isnull1 && isnull2;
+	return DatumGetBool(DirectFunctionCall2(interval_eq, d1, d2));
 }
 
 /*
@@ -495,13 +645,190 @@ append_name(StringInfo buf, uint64 i, uint64 n, const char *name)
 }
 
 /*
+ * The cutoff of a queue's retention setting (NULL: pgq.retention): finished
+ * items that finished before it are past it.  False if it keeps for ever.
+ */
+static bool
+retention_cutoff(bool isnull, Datum setting, TimestampTz now,
+				 TimestampTz *cutoff)
+{
+	Interval   *span;
+
+	if (isnull)
+	{
+		if (pgq_retention == 0)
+			return false;
+		*cutoff = now - (int64) pgq_retention * USECS_PER_SEC;
+		return true;
+	}
+	span = DatumGetIntervalP(setting);
+	if (RETENTION_IS_INFINITE(span))
+		return false;
+	*cutoff = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_mi_interval,
+													  TimestampTzGetDatum(now),
+													  IntervalPGetDatum(span)));
+	return true;
+}
+
+/*
+ * Log what a pass did to how many finished items ("what ... items past
+ * ...") of which queues: names and counts (int64 *) in name order.
+ */
+static void
+log_queue_counts(const char *what, const char *past, List *names,
+				 List *counts)
+{
+	StringInfoData queues;
+	int64		total = 0;
+	ListCell   *lc1,
+			   *lc2;
+
+	if (names == NIL)
+		return;
+	initStringInfo(&queues);
+	forboth(lc1, names, lc2, counts)
+	{
+		int			i = foreach_current_index(lc1);
+		int64		n = *(int64 *) lfirst(lc2);
+
+		total += n;
+		append_name(&queues, i, list_length(names), lfirst(lc1));
+		if (i < PGQ_LOG_NAMES)
+			appendStringInfo(&queues, " (" INT64_FORMAT ")", n);
+	}
+	ereport(LOG,
+			(errmsg("pgq: database \"%s\": %s " INT64_FORMAT " finished items past %s from %s: %s",
+					pass_database, what, total, past,
+					list_length(names) == 1 ? "queue" : "queues",
+					queues.data)));
+}
+
+/*
+ * Apply each queue's retention to its finished (done and dead) items: past
+ * key_retention (never shorter than retention) remove them, with their
+ * keys; past retention drop their payloads, data, results and errors, and
+ * keep the rest of the row, whose key stays taken in items_key_idx, so that
+ * an enqueue of the key finds it as before.  Each statement reads only the
+ * rows it changes, through items_finished_idx (rows with payloads) and
+ * items_kept_keys_idx (rows without), however many keys are kept.  Rows
+ * that another transaction holds locked are left for the next pass.
+ */
+static void
+apply_queue_retention(void)
+{
+	Oid			argtypes[2] = {INT8OID, TIMESTAMPTZOID};
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+	SPITupleTable *queues;
+	uint64		nqueues;
+	List	   *removed_names = NIL,
+			   *removed_counts = NIL,
+			   *stripped_names = NIL,
+			   *stripped_counts = NIL;
+	int			rc;
+
+	/* a database still at 0.1 has pgq.retention only */
+	if (get_attnum(get_relname_relid("groups", get_namespace_oid("pgq", false)),
+				   "retention") != InvalidAttrNumber)
+		rc = SPI_execute("SELECT group_id, group_name, retention, key_retention "
+						 "FROM pgq.groups WHERE kind " OP("=") " 'queue' "
+						 "ORDER BY group_name", true, 0);
+	else
+		rc = SPI_execute("SELECT group_id, group_name, NULL, NULL "
+						 "FROM pgq.groups WHERE kind " OP("=") " 'queue' "
+						 "ORDER BY group_name", true, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "could not read queues: %s", SPI_result_code_string(rc));
+	queues = SPI_tuptable;
+	nqueues = SPI_processed;
+	for (uint64 i = 0; i < nqueues; i++)
+	{
+		HeapTuple	row = queues->vals[i];
+		bool		isnull;
+		bool		key_isnull;
+		Datum		keep = SPI_getbinval(row, queues->tupdesc, 3, &isnull);
+		Datum		key_keep = SPI_getbinval(row, queues->tupdesc, 4, &key_isnull);
+		TimestampTz cutoff;
+		TimestampTz key_cutoff;
+		Datum		values[2];
+
+		CHECK_FOR_INTERRUPTS();
+		if (!retention_cutoff(isnull, keep, now, &cutoff))
+			continue;			/* keeps everything for ever */
+		values[0] = SPI_getbinval(row, queues->tupdesc, 1, &isnull);
+
+		/* key retention, at least as long as retention */
+		if (retention_cutoff(key_isnull, key_keep, now, &key_cutoff))
+		{
+			values[1] = TimestampTzGetDatum(Min(key_cutoff, cutoff));
+			rc = SPI_execute_with_args("DELETE FROM pgq.items "
+									   "WHERE ctid " OP("=") " ANY (ARRAY("
+									   "SELECT ctid FROM pgq.items "
+									   "WHERE group_id " OP("=") " $1 "
+									   "AND state " OP("=") " ANY ('{d,f}'::pg_catalog.\"char\"[]) "
+									   "AND (payload IS NOT NULL OR data IS NOT NULL) "
+									   "AND finished_at " OP("<") " $2 "
+									   "FOR UPDATE SKIP LOCKED) " OP("||") " ARRAY("
+									   "SELECT ctid FROM pgq.items "
+									   "WHERE group_id " OP("=") " $1 "
+									   "AND state " OP("=") " ANY ('{d,f}'::pg_catalog.\"char\"[]) "
+									   "AND payload IS NULL AND data IS NULL "
+									   "AND finished_at " OP("<") " $2 "
+									   "FOR UPDATE SKIP LOCKED))",
+									   2, argtypes, values, NULL, false, 0);
+			if (rc != SPI_OK_DELETE)
+				elog(ERROR, "could not delete items: %s",
+					 SPI_result_code_string(rc));
+			if (SPI_processed > 0)
+			{
+				int64	   *n = palloc(sizeof(int64));
+
+				*n = (int64) SPI_processed;
+				removed_names = lappend(removed_names,
+										SPI_getvalue(row, queues->tupdesc, 2));
+				removed_counts = lappend(removed_counts, n);
+			}
+		}
+
+		values[1] = TimestampTzGetDatum(cutoff);
+		rc = SPI_execute_with_args("UPDATE pgq.items SET payload = NULL, "
+								   "data = NULL, result = NULL, "
+								   "result_data = NULL, last_error = NULL, "
+								   "errors = NULL "
+								   "WHERE ctid " OP("=") " ANY (ARRAY("
+								   "SELECT ctid FROM pgq.items "
+								   "WHERE group_id " OP("=") " $1 "
+								   "AND state " OP("=") " ANY ('{d,f}'::pg_catalog.\"char\"[]) "
+								   "AND (payload IS NOT NULL OR data IS NOT NULL) "
+								   "AND finished_at " OP("<") " $2 "
+								   "FOR UPDATE SKIP LOCKED))",
+								   2, argtypes, values, NULL, false, 0);
+		if (rc != SPI_OK_UPDATE)
+			elog(ERROR, "could not update items: %s", SPI_result_code_string(rc));
+		if (SPI_processed > 0)
+		{
+			int64	   *n = palloc(sizeof(int64));
+
+			*n = (int64) SPI_processed;
+			stripped_names = lappend(stripped_names,
+									 SPI_getvalue(row, queues->tupdesc, 2));
+			stripped_counts = lappend(stripped_counts, n);
+		}
+	}
+	log_queue_counts("removed", "key retention",
+					 removed_names, removed_counts);
+	log_queue_counts("dropped the payloads of", "retention, keeping their keys,",
+					 stripped_names, stripped_counts);
+}
+
+/*
  * Note when drained groups became drained, and remove drained and failed
  * groups, with their blocks, once pgq.retention has passed since.  A group
  * counts as drained when no block of it is left, not even a dead-lettered
  * one: those wait for a person.  A removed group's name is free again.
- * Queues are not removed; their done and dead items are, with their keys.
- * Rows that another transaction holds locked are skipped, and looked at
- * again by the next pass: a pass never waits for a user's transaction.
+ * Queues are not removed; their finished items are, as each queue's
+ * retention says (apply_queue_retention()).  Rows that another transaction
+ * holds locked are skipped, and looked at again by the next pass: a pass
+ * never waits for a user's transaction.
  */
 static void
 apply_retention(void)
@@ -526,54 +853,11 @@ apply_retention(void)
 					 false, 0);
 	if (rc != SPI_OK_UPDATE)
 		elog(ERROR, "could not update groups: %s", SPI_result_code_string(rc));
+	apply_queue_retention();
 	if (pgq_retention == 0)
 		return;
 
-	/* queues stay; their finished items go, counted per queue */
 	values[0] = Int32GetDatum(pgq_retention);
-	rc = SPI_execute_with_args("WITH removed AS ("
-							   "DELETE FROM pgq.items "
-							   "WHERE ctid " OP("=") " ANY (ARRAY("
-							   "SELECT ctid FROM pgq.items "
-							   "WHERE state " OP("=") " ANY ('{d,f}'::pg_catalog.\"char\"[]) "
-							   "AND finished_at " OP("<") " (pg_catalog.now() "
-							   OP("-") " pg_catalog.make_interval(secs => $1)) "
-							   "FOR UPDATE SKIP LOCKED)) "
-							   "RETURNING group_id) "
-							   "SELECT g.group_name, pg_catalog.count(*) "
-							   "FROM removed r JOIN pgq.groups g "
-							   "ON g.group_id " OP("=") " r.group_id "
-							   "GROUP BY g.group_name ORDER BY g.group_name",
-							   1, argtypes, values, NULL, false, 0);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "could not delete items: %s", SPI_result_code_string(rc));
-	if (SPI_processed > 0)
-	{
-		StringInfoData queues;
-		uint64		nitems = 0;
-
-		initStringInfo(&queues);
-		for (uint64 i = 0; i < SPI_processed; i++)
-		{
-			bool		isnull;
-			int64		n = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i],
-														SPI_tuptable->tupdesc,
-														2, &isnull));
-
-			nitems += n;
-			append_name(&queues, i, SPI_processed,
-						SPI_getvalue(SPI_tuptable->vals[i],
-									 SPI_tuptable->tupdesc, 1));
-			if (i < PGQ_LOG_NAMES)
-				appendStringInfo(&queues, " (" INT64_FORMAT ")", n);
-		}
-		ereport(LOG,
-				(errmsg("pgq: database \"%s\": removed " UINT64_FORMAT " finished items past pgq.retention from %s: %s",
-						pass_database, nitems,
-						SPI_processed == 1 ? "queue" : "queues",
-						queues.data)));
-	}
-
 	rc = SPI_execute_with_args("SELECT group_id, created_at, group_name "
 							   "FROM pgq.groups "
 							   "WHERE finished_at " OP("<") " (pg_catalog.now() "

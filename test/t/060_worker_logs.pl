@@ -1,6 +1,6 @@
 # The log lines of pgq's background workers say which database and which
 # groups they are about: a maintenance pass that removes finished groups
-# and items past pgq.retention names them (the first ten, then how many
+# and items past retention names them (the first ten, then how many
 # more), and a failed asynchronous materialization names its group and
 # database, in its own line and in the context of the reader's error.
 #
@@ -62,7 +62,7 @@ pass_logs($offset,
 	qr/LOG:  pgq: database "log db": removed 2 finished groups past pgq.retention: "alerts a", "alerts b"\n/,
 	'the retention line names the database and the removed groups');
 pass_logs($offset,
-	qr/LOG:  pgq: database "log db": removed 3 finished items past pgq.retention from queues: "jobs" \(2\), "mail" \(1\)\n/,
+	qr/LOG:  pgq: database "log db": removed 3 finished items past key retention from queues: "jobs" \(2\), "mail" \(1\)\n/,
 	'the retention line names the queues and how many items each lost');
 is( $node->safe_psql('log db',
 		q{SELECT string_agg(group_name, ',' ORDER BY group_name) FROM pgq.groups}),
