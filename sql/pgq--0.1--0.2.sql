@@ -531,8 +531,9 @@ COMMENT ON FUNCTION pgq.results(text, bigint[], interval, text) IS
 -- retention a maintenance pass sets the row's payload, data, result,
 -- result_data, last_error and errors to NULL, in place: the row keeps its
 -- key in items_key_idx, so an enqueue of the key meets it there as before,
--- and only its fixed-size columns stay (about 150 bytes with its index
--- entries, against the payload's size; docs/queues.md has the numbers).
+-- and only its fixed-size columns stay (237 bytes with its index entries
+-- for a 13-byte key, whatever the payload was; docs/queues.md has the
+-- numbers).
 -- Enqueues refuse an item without payload and data, so such a row is one
 -- that retention stripped.  Past key_retention the pass removes the row.
 --
@@ -544,22 +545,22 @@ COMMENT ON FUNCTION pgq.results(text, bigint[], interval, text) IS
 -- work.
 CREATE TYPE pgq.retention_interval;
 
-CREATE FUNCTION pgq.retention_interval_in(cstring)
+CREATE FUNCTION pgq.retention_interval_in(input cstring)
 RETURNS pgq.retention_interval
 AS 'MODULE_PATHNAME', 'pgq_retention_interval_in'
 LANGUAGE C IMMUTABLE STRICT;
 
-CREATE FUNCTION pgq.retention_interval_out(pgq.retention_interval)
+CREATE FUNCTION pgq.retention_interval_out(value pgq.retention_interval)
 RETURNS cstring
 AS 'MODULE_PATHNAME', 'pgq_retention_interval_out'
 LANGUAGE C IMMUTABLE STRICT;
 
-CREATE FUNCTION pgq.retention_interval_recv(internal)
+CREATE FUNCTION pgq.retention_interval_recv(buf internal)
 RETURNS pgq.retention_interval
 AS 'MODULE_PATHNAME', 'pgq_retention_interval_recv'
 LANGUAGE C IMMUTABLE STRICT;
 
-CREATE FUNCTION pgq.retention_interval_send(pgq.retention_interval)
+CREATE FUNCTION pgq.retention_interval_send(value pgq.retention_interval)
 RETURNS bytea
 AS 'MODULE_PATHNAME', 'pgq_retention_interval_send'
 LANGUAGE C IMMUTABLE STRICT;

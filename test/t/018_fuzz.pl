@@ -809,6 +809,11 @@ sub gen_relock
 		: "SELECT pgq.relock(block_ids => $ids, worker_id => $w)");
 }
 
+# a queue's retention settings (pgq.retention_interval)
+my @retentions = ('NULL', "'infinity'", "'+Infinity '", "'0'", "'1 s'",
+	"'2 s'", "'1 hour'", "interval '3 days'", "'-1 s'", "'-infinity'",
+	"'1001 years'", "'1 mon -40 days'", "'forever'", "''", "'1 day'::text");
+
 sub gen_create_queue
 {
 	my $c = call('create_queue', [ name_arg(queue => 1) ], [
@@ -817,8 +822,30 @@ sub gen_create_queue
 		[ 'max_attempts', pick(@int4s, '3', '1'), 0.4 ],
 		[ 'backoff', pick(@intervals, "'0'", "'10 seconds'"), 0.4 ],
 		[ 'max_backoff', pick(@intervals, "'0'", "'1 hour'"), 0.4 ],
-		[ 'owner', pick(@owners), 0.2 ] ]);
+		[ 'owner', pick(@owners), 0.2 ],
+		[ 'retention', pick(@retentions), 0.2 ],
+		[ 'key_retention', pick(@retentions), 0.2 ] ]);
 	return ('create_queue', "SELECT $c");
+}
+
+sub gen_set_retention
+{
+	my $c = call('set_retention', [ name_arg(queue => 1, nodrop => 1) ], [
+		[ 'retention', pick(@retentions), 0.9 ],
+		[ 'key_retention', pick(@retentions), 0.9 ] ]);
+	return ('set_retention', "SELECT $c");
+}
+
+# the type's I/O functions, called directly (recv cannot be: 42846)
+sub gen_retention_interval
+{
+	my $v = pick(@retentions);
+	return @{ pick(
+		[ 'retention_interval_in', "SELECT pgq.retention_interval_in($v)" ],
+		[ 'retention_interval_out', "SELECT pgq.retention_interval_out($v)" ],
+		[ 'retention_interval_send', "SELECT pgq.retention_interval_send($v)" ],
+		[ 'retention_interval_recv', 'SELECT pgq.retention_interval_recv(NULL::internal)' ],
+		[ 'retention_interval_in', "SELECT $v::pgq.retention_interval" ]) };
 }
 
 sub small_payload
@@ -1065,7 +1092,9 @@ my %generator_of = (
 	has_group_privilege => [ \&gen_has_group_privilege, 1 ],
 	channel => [ \&gen_channel, 1 ],
 	blocks_inflight => [ \&gen_blocks_inflight, 1 ],
-	next_attempt => [ \&gen_next_attempt, 1 ]);
+	next_attempt => [ \&gen_next_attempt, 1 ],
+	set_retention => [ \&gen_set_retention, 1 ],
+	retention_interval_in => [ \&gen_retention_interval, 1 ]);
 my %installed = map { $_ => 1 } @pgq_functions;
 my @generators = (
 	(map { [ $generator_of{$_}[0], $generator_of{$_}[1] ] }
@@ -1632,8 +1661,13 @@ my $violations = $node->safe_psql('fuzz', q{
 	UNION ALL
 	SELECT 'items with negative attempts', count(*) FROM pgq.items WHERE attempt < 0
 	UNION ALL
-	SELECT 'items without payload or data', count(*) FROM pgq.items
+	SELECT 'unfinished items without payload or data', count(*) FROM pgq.items
+	WHERE payload IS NULL AND data IS NULL AND state NOT IN ('d', 'f')
+	UNION ALL
+	SELECT 'items past retention with a result or errors', count(*) FROM pgq.items
 	WHERE payload IS NULL AND data IS NULL
+	  AND (result IS NOT NULL OR result_data IS NOT NULL
+	       OR last_error IS NOT NULL OR errors IS NOT NULL)
 	UNION ALL
 	SELECT 'items with a bad key or priority', count(*) FROM pgq.items
 	WHERE key = '' OR octet_length(key) > 1024 OR priority > 32767

@@ -8,7 +8,7 @@
 #        ### pgq.NAME
 #    with nothing else on the line: every function (one heading per name,
 #    covering all its overloads), view, setting (GUC), table, sequence and
-#    composite type of schema pgq.  Its section runs to the next "## " or
+#    composite or base type of schema pgq.  Its section runs to the next "## " or
 #    "### " heading.
 #  - A function's section has a ```sql block with its signature: each
 #    argument as "name type", followed by "DEFAULT ..." exactly when the
@@ -238,6 +238,18 @@ for my $key (sort grep { $object{$_} ne 'function' } keys %object)
 	ok(!@missing, "$kind $key: every column is described")
 	  or diag "docs/reference.md, section $key lacks the columns: "
 	  . join(', ', @missing);
+}
+
+# Base types (pgq.retention_interval): a heading, with an example.
+for my $r (rows(q{
+	SELECT typname FROM pg_type
+	WHERE typnamespace = 'pgq'::regnamespace AND typtype = 'b'
+	  AND typelem = 0}))
+{
+	my $key = "pgq.$r->[0]";
+	$object{$key} = 'base type';
+	ok(exists $section{$key} && $section{$key} =~ /^\*\*Example\*\*$/m,
+		"base type $key has a heading and an example");
 }
 
 # ---------------------------------------------------------------------------
