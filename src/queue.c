@@ -254,7 +254,8 @@ pgq_create_queue(PG_FUNCTION_ARGS)
 			values[i] = PG_GETARG_DATUM(i);
 		}
 	}
-	pgq_check_key_retention(nulls[7] == ' ', values[7], nulls[8] == ' ', values[8]);
+	pgq_check_key_retention(nulls[7] == ' ', values[7],
+							nulls[8] == ' ', values[8]);
 	pgq_check_not_in_recovery("create a queue");
 
 	for (int i = 0; i < 6; i++)

@@ -420,8 +420,10 @@ pgq_check_key_retention(bool has_retention, Datum retention,
 			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 			 errmsg("key_retention must not be shorter than retention"),
 			 errdetail("A key is kept as long as its item at least: retention is %s, key_retention %s.",
-					   DatumGetCString(DirectFunctionCall1(pgq_retention_interval_out, retention)),
-					   DatumGetCString(DirectFunctionCall1(pgq_retention_interval_out, key_retention)))));
+					   DatumGetCString(DirectFunctionCall1(pgq_retention_interval_out,
+														   retention)),
+					   DatumGetCString(DirectFunctionCall1(pgq_retention_interval_out,
+														   key_retention)))));
 }
 
 /*
@@ -746,7 +748,8 @@ apply_queue_retention(void)
 		bool		isnull;
 		bool		key_isnull;
 		Datum		keep = SPI_getbinval(row, queues->tupdesc, 3, &isnull);
-		Datum		key_keep = SPI_getbinval(row, queues->tupdesc, 4, &key_isnull);
+		Datum		key_keep = SPI_getbinval(row, queues->tupdesc, 4,
+											 &key_isnull);
 		TimestampTz cutoff;
 		TimestampTz key_cutoff;
 		Datum		values[2];
