@@ -684,3 +684,29 @@ JOIN pgq.groups g ON g.group_id = i.group_id
 WHERE i.state = 'f'
   AND (i.payload IS NOT NULL OR i.data IS NOT NULL)
   AND pgq.may_see(g.owner, g.consumers, g.producers);
+-- pgq.claim over a list of groups: a worker that serves several queues (one
+-- per tenant, say) claims from all of them in one call, and waits on all of
+-- them at once, instead of polling each.  The rows are those of the
+-- one-name form plus the name of the group each came from.  A named row
+-- type, as pgq.claimed is, for the same reason.
+CREATE TYPE pgq.claimed_from AS (
+    block_id   bigint,
+    attempt    integer,
+    ids        bigint[],
+    payload    jsonb,
+    data       bytea,
+    key        text,
+    group_name text
+);
+
+CREATE FUNCTION pgq.claim(group_names text[], max_blocks integer DEFAULT 1,
+                          wait interval DEFAULT NULL,
+                          worker_id bigint DEFAULT NULL,
+                          complete bigint DEFAULT NULL,
+                          attempt integer DEFAULT NULL)
+RETURNS SETOF pgq.claimed_from
+AS 'MODULE_PATHNAME', 'pgq_claim_list'
+LANGUAGE C VOLATILE ROWS 1;
+
+COMMENT ON FUNCTION pgq.claim(text[], integer, interval, bigint, bigint, integer) IS
+'claim up to max_blocks blocks or items from the groups and queues of a list, fairly, after completing the block given as complete';

@@ -94,6 +94,8 @@ static OwnRel own_rels[] = {
 	{"blocks_block_id_idx", RELKIND_INDEX, InvalidOid},
 	{"items", RELKIND_RELATION, InvalidOid},
 	{"items_key_idx", RELKIND_INDEX, InvalidOid},
+	{"items_pending_idx", RELKIND_INDEX, InvalidOid},
+	{"items_due_idx", RELKIND_INDEX, InvalidOid},
 	{"block_id_seq", RELKIND_SEQUENCE, InvalidOid},
 	{"epoch_seq", RELKIND_SEQUENCE, InvalidOid},
 };

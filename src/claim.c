@@ -55,7 +55,7 @@ PG_FUNCTION_INFO_V1(pgq_inflight);
  * consumed meanwhile.  A transaction-mode claim is consumed when the caller's
  * transaction commits, so it also needs a transaction block.
  */
-static void
+void
 pgq_check_claim_context(PgqMode mode)
 {
 	if (mode == PGQ_MODE_TRANSACTION && !IsTransactionBlock())
@@ -236,8 +236,8 @@ pgq_wait_deadline(Interval *wait)
  * a paused one is resumed.  A group dropped since is reported as failed: it
  * yields nothing more either.
  */
-static void
-refresh_group(PgqGroup *group)
+void
+pgq_refresh_group(PgqGroup *group)
 {
 	static SPIPlanPtr plan = NULL;
 	Datum		values[1];
@@ -283,8 +283,8 @@ refresh_group(PgqGroup *group)
  * on block_id, would read the blocks of every later group).  Blocks held by
  * others count when their number is not known (they are visible rows then).
  */
-static bool
-group_exhausted(PgqGroup *group)
+bool
+pgq_group_exhausted(PgqGroup *group)
 {
 	static SPIPlanPtr plan = NULL;
 	Datum		values[2];
@@ -309,7 +309,7 @@ group_exhausted(PgqGroup *group)
 	}
 
 	if (group->paused || group->state == PGQ_GROUP_MATERIALIZING)
-		refresh_group(group);
+		pgq_refresh_group(group);
 	if (group->paused)
 		return false;			/* until it is resumed */
 	if (group->kind == PGQ_KIND_QUEUE)
@@ -366,9 +366,9 @@ pgq_claim_changed_more(void)
 }
 
 /* One attempt to claim up to max_blocks blocks or items of the group. */
-static int
-claim_attempt(PgqGroup *group, int max_blocks, PgqClaimed *blocks,
-			  MemoryContext resultcxt)
+int
+pgq_claim_attempt(PgqGroup *group, int max_blocks, PgqClaimed *blocks,
+				  MemoryContext resultcxt)
 {
 	/* a paused group hands out nothing; a waiting claim waits on */
 	if (group->paused)
@@ -389,7 +389,7 @@ claim_attempt(PgqGroup *group, int max_blocks, PgqClaimed *blocks,
 }
 
 /*
- * claim_attempt() in a subtransaction of its own, rolled back if it claims
+ * pgq_claim_attempt() in a subtransaction of its own, rolled back if it claims
  * nothing, for waiting claims that update rows (lease mode, queues).  In
  * READ COMMITTED, FOR UPDATE SKIP LOCKED (in the statements that take queue
  * items) follows a row that another claim updated since
@@ -404,9 +404,9 @@ claim_attempt(PgqGroup *group, int max_blocks, PgqClaimed *blocks,
  * PL/pgSQL's exception blocks do: left open, it would be the one that the
  * caller's exception handler rolls back, instead of the handler's own.
  */
-static int
-claim_attempt_apart(PgqGroup *group, int max_blocks, PgqClaimed *blocks,
-					MemoryContext resultcxt)
+int
+pgq_claim_attempt_apart(PgqGroup *group, int max_blocks,
+						PgqClaimed *blocks, MemoryContext resultcxt)
 {
 	MemoryContext oldcxt = CurrentMemoryContext;
 	ResourceOwner oldowner = CurrentResourceOwner;
@@ -417,7 +417,7 @@ claim_attempt_apart(PgqGroup *group, int max_blocks, PgqClaimed *blocks,
 	attempt_changed_more = false;
 	PG_TRY();
 	{
-		n = claim_attempt(group, max_blocks, blocks, resultcxt);
+		n = pgq_claim_attempt(group, max_blocks, blocks, resultcxt);
 	}
 	PG_CATCH();
 	{
@@ -449,8 +449,8 @@ claim_attempt_apart(PgqGroup *group, int max_blocks, PgqClaimed *blocks,
  * longer holds does not stop the claim: a warning says so.  Called outside
  * the claim's pgq_enter() scope, as pgq.complete() checks its caller itself.
  */
-static void
-claim_complete_first(FunctionCallInfo fcinfo)
+void
+pgq_claim_complete_first(FunctionCallInfo fcinfo)
 {
 	NullableDatum attempt = {(Datum) 0, true};
 	int64		block_id = PG_GETARG_INT64(4);
@@ -540,7 +540,7 @@ pgq_claim(PG_FUNCTION_ARGS)
 	{
 		SPI_finish();
 		pgq_leave(&scope);
-		claim_complete_first(fcinfo);
+		pgq_claim_complete_first(fcinfo);
 		pgq_enter(&scope);
 		SPI_connect();
 	}
@@ -578,7 +578,7 @@ pgq_claim(PG_FUNCTION_ARGS)
 		{
 			SPI_connect();
 			/* a pause, a resume or a failure may have come with the wake-up */
-			refresh_group(&group);
+			pgq_refresh_group(&group);
 			if (group.state == PGQ_GROUP_FAILED)
 			{
 				SPI_finish();
@@ -588,11 +588,12 @@ pgq_claim(PG_FUNCTION_ARGS)
 		seen = pgq_wait_generation(&group.ref);
 		if (deadline != 0 &&
 			(group.mode == PGQ_MODE_LEASE || group.kind == PGQ_KIND_QUEUE))
-			nblocks = claim_attempt_apart(&group, max_blocks, blocks,
-										  resultcxt);
+			nblocks = pgq_claim_attempt_apart(&group, max_blocks, blocks,
+											  resultcxt);
 		else
-			nblocks = claim_attempt(&group, max_blocks, blocks, resultcxt);
-		done = nblocks > 0 || deadline == 0 || group_exhausted(&group);
+			nblocks = pgq_claim_attempt(&group, max_blocks, blocks,
+										resultcxt);
+		done = nblocks > 0 || deadline == 0 || pgq_group_exhausted(&group);
 		if (look > 0)
 			SPI_finish();
 		if (done || !pgq_wait_for_wakeup(&group.ref, deadline, seen))

@@ -34,4 +34,15 @@ extern void pgq_claim_changed_more(void);
 extern TimestampTz pgq_wait_deadline(Interval *wait);
 extern int	pgq_compare_claimed(const void *a, const void *b);
 
+/* claim.c's steps, which claim_list.c takes for each group of its list */
+extern void pgq_check_claim_context(PgqMode mode);
+extern void pgq_refresh_group(PgqGroup *group);
+extern bool pgq_group_exhausted(PgqGroup *group);
+extern int	pgq_claim_attempt(PgqGroup *group, int max_blocks,
+							  PgqClaimed *blocks, MemoryContext resultcxt);
+extern int	pgq_claim_attempt_apart(PgqGroup *group, int max_blocks,
+									PgqClaimed *blocks,
+									MemoryContext resultcxt);
+extern void pgq_claim_complete_first(FunctionCallInfo fcinfo);
+
 #endif							/* PGQ_CLAIM_H */

@@ -14,6 +14,14 @@
  * due.  Broadcasting allocates nothing and cannot fail, as transaction
  * callbacks require.
  *
+ * A claim over several groups (pgq.claim(text[])) cannot sleep on several
+ * condition variables at once: it sleeps on one of a second, smaller array,
+ * chosen by its process number, after counting itself, for each slot of its
+ * groups, as a waiter of that slot on that variable.  A broadcast on a slot
+ * broadcasts on the variables that have waiters of the slot too.  Those
+ * waiters look at their slots' wake-up counts and sleep again if none moved
+ * (another's slot woke them).
+ *
  * Without shared memory (pgq not preloaded) a waiting claim polls.
  *
  * NOTIFY is for clients that LISTEN instead.  It takes a global lock at
@@ -35,7 +43,9 @@
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "storage/condition_variable.h"
+#include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/proc.h"
 #include "storage/shmem.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
@@ -76,6 +86,24 @@ static ConditionVariable *wake_slots = NULL;
  */
 static pg_atomic_uint64 *wake_counts = NULL;
 
+/*
+ * The condition variables of claims over several groups, and for each slot
+ * and each of them, how many such claims wait on the slot there.
+ */
+#define PGQ_MULTI_WAKE_CVS	16
+
+typedef struct PgqMultiWake
+{
+	ConditionVariable cvs[PGQ_MULTI_WAKE_CVS];
+	pg_atomic_uint32 waiters[PGQ_WAKE_SLOTS][PGQ_MULTI_WAKE_CVS];
+} PgqMultiWake;
+
+static PgqMultiWake *multi_wake = NULL;
+
+/* The slots this backend counts itself a waiter of, and on which variable. */
+static uint64 my_multi_slots = 0;
+static int	my_multi_cv = 0;
+
 static int	pgq_wait_recheck_ms = 1000;
 static bool pgq_notify = false;
 
@@ -103,8 +131,9 @@ pgq_wait_init(void)
 Size
 pgq_wait_shmem_size(void)
 {
-	return add_size(mul_size(PGQ_WAKE_SLOTS, sizeof(ConditionVariable)),
-					mul_size(PGQ_WAKE_SLOTS, sizeof(pg_atomic_uint64)));
+	return add_size(add_size(mul_size(PGQ_WAKE_SLOTS, sizeof(ConditionVariable)),
+							 mul_size(PGQ_WAKE_SLOTS, sizeof(pg_atomic_uint64))),
+					sizeof(PgqMultiWake));
 }
 
 /* Attach to the condition variables; called with AddinShmemInitLock held. */
@@ -116,12 +145,19 @@ pgq_wait_shmem_init(void)
 	wake_slots = ShmemInitStruct("pgq wake slots", pgq_wait_shmem_size(),
 								 &found);
 	wake_counts = (pg_atomic_uint64 *) (wake_slots + PGQ_WAKE_SLOTS);
+	multi_wake = (PgqMultiWake *) (wake_counts + PGQ_WAKE_SLOTS);
 	if (!found)
 	{
 		for (int i = 0; i < PGQ_WAKE_SLOTS; i++)
 		{
 			ConditionVariableInit(&wake_slots[i]);
 			pg_atomic_init_u64(&wake_counts[i], 0);
+		}
+		for (int j = 0; j < PGQ_MULTI_WAKE_CVS; j++)
+		{
+			ConditionVariableInit(&multi_wake->cvs[j]);
+			for (int i = 0; i < PGQ_WAKE_SLOTS; i++)
+				pg_atomic_init_u32(&multi_wake->waiters[i][j], 0);
 		}
 	}
 }
@@ -160,8 +196,12 @@ pgq_wake_group(const PgqGroupRef *group)
 	{
 		int			slot = slot_for(group);
 
+		/* a full barrier: a waiter counted after it sees the new count */
 		pg_atomic_fetch_add_u64(&wake_counts[slot], 1);
 		ConditionVariableBroadcast(&wake_slots[slot]);
+		for (int j = 0; j < PGQ_MULTI_WAKE_CVS; j++)
+			if (pg_atomic_read_u32(&multi_wake->waiters[slot][j]) > 0)
+				ConditionVariableBroadcast(&multi_wake->cvs[j]);
 	}
 }
 
@@ -240,12 +280,130 @@ pgq_wait_for_wakeup(const PgqGroupRef *group, TimestampTz deadline,
 	}
 }
 
-/* End a wait begun by pgq_wait_for_wakeup(). */
+/*
+ * Stop counting this backend as a waiter of the slots of a claim over
+ * several groups.  Allocates nothing and cannot fail: also called at backend
+ * exit.
+ */
+static void
+multi_uncount(void)
+{
+	for (int i = 0; i < PGQ_WAKE_SLOTS; i++)
+		if (my_multi_slots & (UINT64CONST(1) << i))
+			pg_atomic_fetch_sub_u32(&multi_wake->waiters[i][my_multi_cv], 1);
+	my_multi_slots = 0;
+}
+
+/* At backend exit: a claim over several groups that ended in an error. */
+static void
+multi_uncount_at_exit(int code, Datum arg)
+{
+	multi_uncount();
+}
+
+/*
+ * Count this backend as a waiter of exactly these slots, on its variable.
+ * A claim that ended in an error left its count: it is corrected here, at
+ * the next claim over several groups, or at exit.  Until then broadcasts on
+ * those slots also reach a variable that may have no sleeper, which costs
+ * them a little and nobody else anything.
+ */
+static void
+multi_count(uint64 slots)
+{
+	static bool exit_registered = false;
+
+	if (!exit_registered)
+	{
+		before_shmem_exit(multi_uncount_at_exit, (Datum) 0);
+		exit_registered = true;
+	}
+	if (slots == my_multi_slots)
+		return;
+	multi_uncount();
+	my_multi_cv = MyProc->pgprocno % PGQ_MULTI_WAKE_CVS;
+	for (int i = 0; i < PGQ_WAKE_SLOTS; i++)
+		if (slots & (UINT64CONST(1) << i))
+			pg_atomic_fetch_add_u32(&multi_wake->waiters[i][my_multi_cv], 1);
+	my_multi_slots = slots;
+}
+
+/*
+ * Has any of the n groups been woken since gens[] were read?  The caller
+ * passes what pgq_wait_generation() said of each before its last check.
+ */
+static bool
+any_woken(const PgqGroupRef *groups, int n, const uint64 *gens)
+{
+	for (int i = 0; i < n; i++)
+		if (pgq_wait_generation(&groups[i]) != gens[i])
+			return true;
+	return false;
+}
+
+/*
+ * pgq_wait_for_wakeup() for a claim over the n groups: sleep until one of
+ * them is woken (since gens[], read before the caller's last check), the
+ * recheck interval passes, or the deadline comes.  Returns false once the
+ * deadline has passed.  The caller ends the wait with pgq_wait_done().
+ */
+bool
+pgq_wait_for_any(const PgqGroupRef *groups, int n, TimestampTz deadline,
+				 const uint64 *gens)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz recheck_at;
+	uint64		slots = 0;
+	ConditionVariable *cv;
+
+	Assert(n > 0);
+	if (wake_slots == NULL)
+		return pgq_wait_for_wakeup(&groups[0], deadline, 0);	/* polls */
+	if (now >= deadline)
+		return false;
+	recheck_at = Min(deadline,
+					 TimestampTzPlusMilliseconds(now, pgq_wait_recheck_ms));
+
+	for (int i = 0; i < n; i++)
+		slots |= UINT64CONST(1) << slot_for(&groups[i]);
+
+	/*
+	 * On the variable's list, then counted (a full barrier), then the counts
+	 * read: a waker that counted its wake-up before that is seen here, and
+	 * one after sees this backend counted and broadcasts.
+	 */
+	cv = &multi_wake->cvs[MyProc->pgprocno % PGQ_MULTI_WAKE_CVS];
+	ConditionVariablePrepareToSleep(cv);
+	multi_count(slots);
+	pg_memory_barrier();
+	if (any_woken(groups, n, gens))
+		return true;
+
+	for (;;)
+	{
+		long		slice = (long) Min((recheck_at - now + 999) / 1000,
+									   (int64) PGQ_CLIENT_CHECK_MS);
+		bool		timed_out;
+
+		timed_out = ConditionVariableTimedSleep(cv, slice, PG_WAIT_EXTENSION);
+		check_client();
+		if (!timed_out && any_woken(groups, n, gens))
+			return true;
+		now = GetCurrentTimestamp();
+		if (now >= recheck_at)
+			return true;
+	}
+}
+
+/* End a wait begun by pgq_wait_for_wakeup() or pgq_wait_for_any(). */
 void
 pgq_wait_done(void)
 {
 	if (wake_slots != NULL)
+	{
 		ConditionVariableCancelSleep();
+		multi_uncount();
+	}
 }
 
 /*

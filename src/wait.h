@@ -20,6 +20,8 @@ extern void pgq_wake_group(const PgqGroupRef *group);
 extern uint64 pgq_wait_generation(const PgqGroupRef *group);
 extern bool pgq_wait_for_wakeup(const PgqGroupRef *group, TimestampTz deadline,
 								uint64 seen);
+extern bool pgq_wait_for_any(const PgqGroupRef *groups, int n,
+							 TimestampTz deadline, const uint64 *gens);
 extern void pgq_wait_done(void);
 extern void pgq_notify_group(const char *group_name);
 extern void pgq_announce_claimable(const PgqGroupRef *group,

@@ -1,0 +1,533 @@
+/*-------------------------------------------------------------------------
+ *
+ * claim_list.c
+ *	  One claim over a list of groups: pgq.claim(group_names text[], ...).
+ *
+ * A worker that serves several queues (one per tenant, one per run) claims
+ * from all of them in one call, and waits on all of them at once.  Each
+ * group of the list is claimed from exactly as the one-name form claims
+ * from it (claim.c's steps), so every mode keeps its rules; what this file
+ * adds is the order and the shares, and the look that skips empty queues.
+ *
+ * Fairness: a claim visits the groups in the list's order, starting after
+ * the group that gave the previous claim of this session over a list its
+ * last row (at a random place when that group is not in the list), and asks
+ * each group with work for its share of what is still to claim: that
+ * divided by the groups with work not yet asked, rounded up.  Groups that
+ * gave their whole share are then asked for the rest, in the same order.
+ * So a claim of max_blocks => 1 repeated by one worker takes from the groups
+ * that have work in turn, and a claim of more takes from each of them.
+ *
+ * Empty queues cost an index probe each, not a claim: the probe looks for
+ * a visible pending item, or one due (a retry, a delayed item, a lease that
+ * ran out), which is what a claim of the queue takes.  Query groups are
+ * always asked: a transaction-mode claim of blocks costs about a probe.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "catalog/pg_type.h"
+#include "common/pg_prng.h"
+#include "executor/spi.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+#include "utils/tuplestore.h"
+
+#include "pgq.h"
+#include "advisory.h"
+#include "blockscan.h"
+#include "claim.h"
+#include "group.h"
+#include "lease.h"
+#include "privilege.h"
+#include "wait.h"
+
+/* InitMaterializedSRF() appeared in 15.1, after SetSingleFuncCall() in 15.0 */
+#if PG_VERSION_NUM < 150001
+#define InitMaterializedSRF(fcinfo, flags) SetSingleFuncCall(fcinfo, flags)
+#endif
+
+PG_FUNCTION_INFO_V1(pgq_claim_list);
+
+/* A group of the list, as the claim sees it. */
+typedef struct ListedGroup
+{
+	PgqGroup	group;
+	bool		gone;			/* failed or dropped: yields nothing more */
+	bool		has_work;		/* this look's probe found something */
+	int			share;			/* what this look asked of it first */
+	int			gave;			/* and what it gave */
+} ListedGroup;
+
+/*
+ * The group that gave the last row of this session's last claim over a
+ * list (in the first round): the next claim starts after it.  0: none.
+ */
+static int64 last_served = 0;
+
+/*
+ * Read the list of names (argument 0): not NULL, not empty, no NULL
+ * element, no name twice, each a valid name.  Returns how many.
+ */
+static int
+read_names(FunctionCallInfo fcinfo, text ***names)
+{
+	PgqArrayArg arg;
+	char	  **sorted;
+
+	pgq_check_arg_not_null(fcinfo, 0, "group_names");
+	pgq_get_array_arg(fcinfo, 0, "group_names", TEXTOID, &arg);
+	if (arg.n == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("group_names must not be empty"),
+				 errhint("Name at least one group or queue.")));
+	*names = palloc(arg.n * sizeof(text *));
+	sorted = palloc(arg.n * sizeof(char *));
+	for (int i = 0; i < arg.n; i++)
+	{
+		if (arg.nulls[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("group_names must not contain NULL")));
+		(*names)[i] = DatumGetTextPP(arg.values[i]);
+		pgq_check_name((*names)[i]);
+		sorted[i] = text_to_cstring((*names)[i]);
+	}
+	qsort(sorted, arg.n, sizeof(char *), pg_qsort_strcmp);
+	for (int i = 1; i < arg.n; i++)
+		if (strcmp(sorted[i - 1], sorted[i]) == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("group_names must not name a group twice"),
+					 errdetail("\"%s\" is in the list more than once.",
+							   sorted[i])));
+	return arg.n;
+}
+
+/*
+ * Is there a row of the items table visible to the snapshot in this index
+ * scan, for these keys?  Visibility is checked on the heap, as a claim's
+ * scan would.
+ */
+static bool
+index_has_row(Relation heap, Relation index, Snapshot snapshot,
+			  TupleTableSlot *slot, ScanKey keys, int nkeys)
+{
+	IndexScanDesc scan;
+	bool		found;
+
+#if PG_VERSION_NUM >= 180000
+	scan = index_beginscan(heap, index, snapshot, NULL, nkeys, 0);
+#else
+	scan = index_beginscan(heap, index, snapshot, nkeys, 0);
+#endif
+	index_rescan(scan, keys, nkeys, NULL, 0);
+	found = index_getnext_slot(scan, ForwardScanDirection, slot);
+	index_endscan(scan);
+	return found;
+}
+
+/*
+ * Set has_work for each group of the list that a claim may take from: for
+ * queues, whether an item is pending or due (what pgq_queue_claim() takes);
+ * query groups always have it.  Paused and vanished groups have none.  An
+ * item that another claim holds until it commits still counts: the claim
+ * will skip it, as the one-name form does.
+ */
+static void
+probe(ListedGroup *groups, int n)
+{
+	Relation	heap = NULL;
+	Relation	pending = NULL;
+	Relation	due = NULL;
+	Snapshot	snapshot = NULL;
+	TupleTableSlot *slot = NULL;
+	TimestampTz now = GetCurrentTimestamp();
+
+	for (int i = 0; i < n; i++)
+	{
+		ListedGroup *g = &groups[i];
+		ScanKeyData keys[2];
+
+		CHECK_FOR_INTERRUPTS();
+		g->has_work = !g->gone && !g->group.paused;
+		if (!g->has_work || g->group.kind != PGQ_KIND_QUEUE)
+			continue;
+		if (heap == NULL)
+		{
+			heap = pgq_open_rel("items", AccessShareLock);
+			pending = pgq_open_rel("items_pending_idx", AccessShareLock);
+			due = pgq_open_rel("items_due_idx", AccessShareLock);
+			snapshot = RegisterSnapshot(GetTransactionSnapshot());
+			slot = table_slot_create(heap, NULL);
+		}
+		ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_INT8EQ,
+					Int64GetDatum(g->group.ref.group_id));
+		if (index_has_row(heap, pending, snapshot, slot, keys, 1))
+			continue;
+		ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_INT8EQ,
+					Int64GetDatum(g->group.ref.group_id));
+		ScanKeyInit(&keys[1], 2, BTLessEqualStrategyNumber,
+					F_TIMESTAMPTZ_LE, TimestampTzGetDatum(now));
+		g->has_work = index_has_row(heap, due, snapshot, slot, keys, 2);
+	}
+	if (heap != NULL)
+	{
+		ExecDropSingleTupleTableSlot(slot);
+		UnregisterSnapshot(snapshot);
+		index_close(due, NoLock);
+		index_close(pending, NoLock);
+		table_close(heap, NoLock);
+	}
+}
+
+/*
+ * Ask one group for up to "limit" rows, into blocks[] and their group's
+ * index into from[]; as the one-name form would ("apart": in a
+ * subtransaction of their own when waiting).
+ */
+static int
+ask(ListedGroup *groups, int i, int limit, bool waiting, PgqClaimed *blocks,
+	int *from, MemoryContext resultcxt)
+{
+	PgqGroup   *group = &groups[i].group;
+	int			got;
+
+	CHECK_FOR_INTERRUPTS();
+	if (waiting &&
+		(group->mode == PGQ_MODE_LEASE || group->kind == PGQ_KIND_QUEUE))
+		got = pgq_claim_attempt_apart(group, limit, blocks, resultcxt);
+	else
+		got = pgq_claim_attempt(group, limit, blocks, resultcxt);
+	for (int j = 0; j < got; j++)
+		from[j] = i;
+	return got;
+}
+
+/*
+ * One look over the list: claim up to max_blocks rows, fairly (see the top
+ * of the file).  Returns how many; blocks[] and from[] get them, group by
+ * group in the order asked.
+ */
+static int
+look(ListedGroup *groups, int n, int max_blocks, bool waiting,
+	 PgqClaimed *blocks, int *from, MemoryContext resultcxt)
+{
+	int			start = -1;
+	int			with_work = 0;
+	int			got = 0;
+	int			last = -1;
+
+	probe(groups, n);
+	for (int i = 0; i < n; i++)
+	{
+		groups[i].share = groups[i].gave = 0;
+		if (groups[i].has_work)
+			with_work++;
+		if (last_served != 0 && groups[i].group.ref.group_id == last_served)
+			start = (i + 1) % n;
+	}
+	if (with_work == 0)
+		return 0;
+	if (start < 0)
+		start = (int) pg_prng_uint64_range(&pg_global_prng_state, 0, n - 1);
+
+	/* first round: each group with work its share of what is left */
+	for (int k = 0; k < n && got < max_blocks; k++)
+	{
+		int			i = (start + k) % n;
+		ListedGroup *g = &groups[i];
+
+		if (!g->has_work)
+			continue;
+		g->share = (max_blocks - got + with_work - 1) / with_work;
+		with_work--;
+		g->gave = ask(groups, i, g->share, waiting, blocks + got, from + got,
+					  resultcxt);
+		got += g->gave;
+		if (g->gave > 0)
+			last = i;
+	}
+	if (last >= 0)
+		last_served = groups[last].group.ref.group_id;
+
+	/* then the rest, from those that gave all that they were asked */
+	for (int k = 0; k < n && got < max_blocks; k++)
+	{
+		int			i = (start + k) % n;
+		ListedGroup *g = &groups[i];
+
+		if (!g->has_work || g->share == 0 || g->gave < g->share)
+			continue;
+		got += ask(groups, i, max_blocks - got, waiting, blocks + got,
+				   from + got, resultcxt);
+	}
+	return got;
+}
+
+/*
+ * Read the state and pause of every group of the list again, with a fresh
+ * snapshot, after a wake-up: one statement for the list.  A group that is
+ * gone, or failed, yields nothing more.
+ */
+static void
+refresh(ListedGroup *groups, int n)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum	   *ids = palloc(n * sizeof(Datum));
+	Datum		values[1];
+	int			rc;
+
+	if (plan == NULL)
+	{
+		Oid			argtypes[1] = {INT8ARRAYOID};
+
+		plan = pgq_keep_plan("SELECT group_id, state, paused FROM pgq.groups "
+							 "WHERE group_id " OP("=") " ANY ($1)",
+							 1, argtypes);
+	}
+	for (int i = 0; i < n; i++)
+		ids[i] = Int64GetDatum(groups[i].group.ref.group_id);
+	values[0] = PointerGetDatum(construct_array(ids, n, INT8OID, sizeof(int64),
+												FLOAT8PASSBYVAL,
+												TYPALIGN_DOUBLE));
+	rc = SPI_execute_plan(plan, values, NULL, false, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "could not read groups: %s", SPI_result_code_string(rc));
+	for (int i = 0; i < n; i++)
+	{
+		ListedGroup *g = &groups[i];
+		bool		found = false;
+
+		for (uint64 r = 0; r < SPI_processed && !found; r++)
+		{
+			HeapTuple	tuple = SPI_tuptable->vals[r];
+			TupleDesc	tupdesc = SPI_tuptable->tupdesc;
+			bool		isnull;
+
+			if (DatumGetInt64(SPI_getbinval(tuple, tupdesc, 1, &isnull)) !=
+				g->group.ref.group_id)
+				continue;
+			found = true;
+			g->group.state = pgq_parse_state(SPI_getvalue(tuple, tupdesc, 2));
+			g->group.paused = DatumGetBool(SPI_getbinval(tuple, tupdesc, 3,
+														 &isnull));
+		}
+		if (!found || g->group.state == PGQ_GROUP_FAILED)
+			g->gone = true;
+	}
+	SPI_freetuptable(SPI_tuptable);
+}
+
+/* Can no group of the list yield another block? */
+static bool
+all_exhausted(ListedGroup *groups, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (!groups[i].gone && !pgq_group_exhausted(&groups[i].group))
+			return false;
+	return true;
+}
+
+/*
+ * The references of the groups still in the list, and their wake-up counts
+ * from now on, for pgq_wait_for_any().  Returns how many.
+ */
+static int
+wait_refs(ListedGroup *groups, int n, PgqGroupRef *refs, uint64 *gens)
+{
+	int			m = 0;
+
+	for (int i = 0; i < n; i++)
+	{
+		if (groups[i].gone)
+			continue;
+		refs[m] = groups[i].group.ref;
+		gens[m] = pgq_wait_generation(&refs[m]);
+		m++;
+	}
+	return m;
+}
+
+/*
+ * pgq.claim(group_names, max_blocks, wait, worker_id, complete, attempt)
+ *	  -> SETOF pgq.claimed_from
+ *
+ * pgq.claim() over several groups: the checks of the one-name form for
+ * each group, in the list's order; then up to max_blocks rows from the
+ * groups, fairly, each with its group's name; with wait, waiting on all of
+ * them at once until one of them yields a row, none can yield another, or
+ * the time is up.
+ */
+Datum
+pgq_claim_list(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	MemoryContext resultcxt;
+	text	  **names;
+	int			n;
+	int32		max_blocks;
+	ListedGroup *groups;
+	PgqGroupRef *refs;
+	uint64	   *gens;
+	PgqClaimed *blocks;
+	int		   *from;
+	int			nblocks = 0;
+	TimestampTz deadline = 0;
+	bool		any_lease = false;
+	bool		any_advisory = false;
+	bool		any_writes = false;
+	PgqScope	scope;
+
+	n = read_names(fcinfo, &names);
+	pgq_check_arg_not_null(fcinfo, 1, "max_blocks");
+	max_blocks = PG_GETARG_INT32(1);
+	if (max_blocks < 1 || max_blocks > PGQ_MAX_CLAIM_BLOCKS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("max_blocks must be between 1 and %d", PGQ_MAX_CLAIM_BLOCKS),
+				 errdetail("The value given is %d.", max_blocks)));
+	if (!PG_ARGISNULL(2))
+		deadline = pgq_wait_deadline(PG_GETARG_INTERVAL_P(2));
+	if (RecoveryInProgress())
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("cannot claim blocks during recovery"),
+				 errhint("Claims are made on the primary.")));
+	if (PG_ARGISNULL(4) && !PG_ARGISNULL(5))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("attempt is only used with complete"),
+				 errhint("Pass the block to complete as complete => block_id, with the attempt its claim returned.")));
+
+	InitMaterializedSRF(fcinfo, 0);
+	resultcxt = rsinfo->econtext->ecxt_per_query_memory;
+	blocks = MemoryContextAllocZero(resultcxt, max_blocks * sizeof(PgqClaimed));
+	from = palloc(max_blocks * sizeof(int));
+	groups = palloc0(n * sizeof(ListedGroup));
+	refs = palloc(n * sizeof(PgqGroupRef));
+	gens = palloc(n * sizeof(uint64));
+
+	pgq_enter(&scope);
+	SPI_connect();
+	for (int i = 0; i < n; i++)
+	{
+		PgqGroup   *group = &groups[i].group;
+
+		pgq_lookup_group_cached(names[i], group);
+		pgq_check_privilege(group, PGQ_PRIV_CONSUME);
+		pgq_check_claim_context(group->mode);
+		if (group->mode == PGQ_MODE_ADVISORY)
+		{
+			if (PG_ARGISNULL(3))
+				ereport(ERROR,
+						(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+						 errmsg("worker_id is required to claim from advisory-mode group \"%s\"",
+								group->name),
+						 errhint("Register with pgq.register_worker() and pass its id as worker_id.")));
+			any_advisory = true;
+		}
+		else
+			any_writes = true;
+		if (group->mode == PGQ_MODE_LEASE)
+			any_lease = true;
+	}
+	if (any_advisory)
+		pgq_advisory_check_worker_held(PG_GETARG_INT64(3));
+
+	/*
+	 * The one-name form fails in a read-only transaction when it writes,
+	 * whether or not it finds anything; a list does too, also when the
+	 * queues that would write are empty and are not asked.
+	 */
+	if (any_writes && XactReadOnly)
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("cannot claim or consume blocks in a read-only transaction")));
+	if (!PG_ARGISNULL(4))
+	{
+		SPI_finish();
+		pgq_leave(&scope);
+		pgq_claim_complete_first(fcinfo);
+		pgq_enter(&scope);
+		SPI_connect();
+	}
+	for (int i = 0; i < n; i++)
+	{
+		if (groups[i].group.state != PGQ_GROUP_FAILED)
+			continue;
+		/* its blocks are not all of the query's: hand out none of them */
+		ereport(WARNING,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("group \"%s\" failed to materialize and yields no blocks",
+						groups[i].group.name),
+				 errhint("pgq.group_stats shows why.  Drop the group and create it again.")));
+		groups[i].gone = true;
+	}
+
+	/*
+	 * Claim; if nothing came and the caller wants to wait, sleep until one
+	 * of the groups is woken and claim again, as the one-name form does.
+	 */
+	if (any_lease)
+		pgq_lease_claim_async();	/* here, not in an attempt's subtransaction */
+	for (int pass = 0;; pass++)
+	{
+		int			waiting_on;
+		bool		done;
+
+		/* each look after a wake-up has an SPI connection of its own */
+		if (pass > 0)
+		{
+			SPI_connect();
+			refresh(groups, n);
+		}
+		waiting_on = wait_refs(groups, n, refs, gens);
+		if (waiting_on > 0)
+			nblocks = look(groups, n, max_blocks, deadline != 0, blocks, from,
+						   resultcxt);
+		done = nblocks > 0 || deadline == 0 || waiting_on == 0 ||
+			all_exhausted(groups, n);
+		if (pass > 0)
+			SPI_finish();
+		if (done || !pgq_wait_for_any(refs, waiting_on, deadline, gens))
+			break;
+	}
+	if (any_lease)
+		pgq_lease_claim_done(); /* also when no attempt claimed: a pause */
+	if (deadline != 0)
+		pgq_wait_done();
+	SPI_finish();
+	pgq_leave(&scope);
+
+	for (int i = 0; i < nblocks; i++)
+	{
+		Datum		values[7];
+		bool		nulls[7];
+
+		values[0] = Int64GetDatum(blocks[i].id);
+		values[1] = Int32GetDatum(blocks[i].attempt);
+		values[2] = blocks[i].ids;
+		values[3] = blocks[i].payload;
+		values[4] = blocks[i].data;
+		values[5] = blocks[i].key;
+		values[6] = CStringGetTextDatum(groups[from[i]].group.name);
+		for (int c = 0; c < 7; c++)
+			nulls[c] = c >= 2 && values[c] == (Datum) 0;
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
+}
