@@ -616,6 +616,23 @@ sub gen_claim
 	return ('claim', $sql);
 }
 
+# pgq.claim over a list of names: real groups and queues of every mode,
+# unknown and hostile names, duplicates, NULLs, odd arrays
+sub gen_claim_list
+{
+	my $n = pick(1, 2, 3, 5);
+	my $names = array_of('text', $n, sub { name_arg(queue => chance(0.6)) });
+	$names = "ARRAY[" . join(', ', ($queue_names[0]) x 2) . "]" if chance(0.05);
+	my $c = call('claim', ["group_names => $names"], [
+		[ 'max_blocks', pick(@int4s, '1', '2', '3', '5'), 0.6 ],
+		[ 'wait', pick(@waits), 0.3 ],
+		[ 'worker_id', worker_arg(), 0.5 ] ]);
+	my $sql = pick(
+		("SELECT fz.note(c.block_id, c.attempt) FROM $c c") x 5,
+		"SELECT * FROM $c", "SELECT count(*), min(c.group_name) FROM $c c");
+	return ('claim(list)', $sql);
+}
+
 sub gen_complete
 {
 	my ($id, $att, $kind) = id_att(qw(L L I I T T A C B Q D));
@@ -1073,7 +1090,8 @@ sub gen_compound
 # extension is left out (the coverage check below names the reverse).
 my %generator_of = (
 	create_group => [ \&gen_create_group, 8 ], drop_group => [ \&gen_drop_group, 3 ],
-	claim => [ \&gen_claim, 16 ], complete => [ \&gen_complete, 10 ],
+	claim => [ \&gen_claim, 16 ], 'claim(list)' => [ \&gen_claim_list, 6 ],
+	complete => [ \&gen_complete, 10 ],
 	complete_many => [ \&gen_complete_many, 5 ], release => [ \&gen_release, 6 ],
 	fail => [ \&gen_fail, 8 ], extend => [ \&gen_extend, 5 ],
 	register_worker => [ \&gen_register_worker, 2 ],
@@ -1785,6 +1803,8 @@ my @races = (
 	[ 'enqueue of a taken key', 'queue', sub { "SELECT pgq.enqueue('$_[0]', '1', key => 'k')" } ],
 	[ 'claim of a queue', 'queue', sub { "SELECT count(*) FROM pgq.claim('$_[0]', 5)" } ],
 	[ 'claim of a lease-mode group', 'lease', sub { "SELECT count(*) FROM pgq.claim('$_[0]', 5)" } ],
+	[ 'claim over a list', 'queue', sub { "SELECT count(*) FROM pgq.claim(ARRAY['$_[0]'], 5)" } ],
+	[ 'waiting claim over a list', 'queue', sub { "SELECT count(*) FROM pgq.claim(ARRAY['$_[0]'], 5, wait => '50 ms')" } ],
 	[ 'complete', 'queue_claimed', sub { "SELECT pgq.complete($_[1], '1', attempt => $_[2])" } ],
 	[ 'complete of a block', 'lease_claimed', sub { "SELECT pgq.complete($_[1], attempt => $_[2])" } ],
 	[ 'complete_many', 'queue_claimed', sub { "SELECT pgq.complete_many(ARRAY[$_[1]], ARRAY[$_[2]])" } ],
