@@ -117,27 +117,71 @@ read_names(FunctionCallInfo fcinfo, text ***names)
 	return arg.n;
 }
 
+/* Index scans of pgq.items for probe(): one per index, restarted per group. */
+typedef struct ItemProbe
+{
+	Relation	heap;
+	Relation	pending;
+	Relation	due;
+	Snapshot	snapshot;
+	TupleTableSlot *slot;
+	IndexScanDesc pending_scan;
+	IndexScanDesc due_scan;
+} ItemProbe;
+
+/* Open the scans, with the snapshot a statement would take. */
+static void
+probe_open(ItemProbe *p)
+{
+	p->heap = pgq_open_rel("items", AccessShareLock);
+	p->pending = pgq_open_rel("items_pending_idx", AccessShareLock);
+	p->due = pgq_open_rel("items_due_idx", AccessShareLock);
+	p->snapshot = RegisterSnapshot(GetTransactionSnapshot());
+	p->slot = table_slot_create(p->heap, NULL);
+#if PG_VERSION_NUM >= 180000
+	p->pending_scan = index_beginscan(p->heap, p->pending, p->snapshot, NULL,
+									  1, 0);
+	p->due_scan = index_beginscan(p->heap, p->due, p->snapshot, NULL, 2, 0);
+#else
+	p->pending_scan = index_beginscan(p->heap, p->pending, p->snapshot, 1, 0);
+	p->due_scan = index_beginscan(p->heap, p->due, p->snapshot, 2, 0);
+#endif
+}
+
+/* End what probe_open() began; the locks stay. */
+static void
+probe_close(ItemProbe *p)
+{
+	index_endscan(p->due_scan);
+	index_endscan(p->pending_scan);
+	ExecDropSingleTupleTableSlot(p->slot);
+	UnregisterSnapshot(p->snapshot);
+	index_close(p->due, NoLock);
+	index_close(p->pending, NoLock);
+	table_close(p->heap, NoLock);
+}
+
 /*
- * Is there a row of the items table visible to the snapshot in this index
- * scan, for these keys?  Visibility is checked on the heap, as a claim's
- * scan would.
+ * Has the queue an item that a claim would take: one pending, or one due
+ * (a retry or a delayed item whose time came, a lease that ran out)?  Only
+ * rows visible to the snapshot count, as for a claim's own scan.
  */
 static bool
-index_has_row(Relation heap, Relation index, Snapshot snapshot,
-			  TupleTableSlot *slot, ScanKey keys, int nkeys)
+probe_queue(ItemProbe *p, int64 group_id, TimestampTz now)
 {
-	IndexScanDesc scan;
-	bool		found;
+	ScanKeyData keys[2];
 
-#if PG_VERSION_NUM >= 180000
-	scan = index_beginscan(heap, index, snapshot, NULL, nkeys, 0);
-#else
-	scan = index_beginscan(heap, index, snapshot, nkeys, 0);
-#endif
-	index_rescan(scan, keys, nkeys, NULL, 0);
-	found = index_getnext_slot(scan, ForwardScanDirection, slot);
-	index_endscan(scan);
-	return found;
+	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_INT8EQ,
+				Int64GetDatum(group_id));
+	index_rescan(p->pending_scan, keys, 1, NULL, 0);
+	if (index_getnext_slot(p->pending_scan, ForwardScanDirection, p->slot))
+		return true;
+	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_INT8EQ,
+				Int64GetDatum(group_id));
+	ScanKeyInit(&keys[1], 2, BTLessEqualStrategyNumber, F_TIMESTAMPTZ_LE,
+				TimestampTzGetDatum(now));
+	index_rescan(p->due_scan, keys, 2, NULL, 0);
+	return index_getnext_slot(p->due_scan, ForwardScanDirection, p->slot);
 }
 
 /*
@@ -145,53 +189,37 @@ index_has_row(Relation heap, Relation index, Snapshot snapshot,
  * queues, whether an item is pending or due (what pgq_queue_claim() takes);
  * query groups always have it.  Paused and vanished groups have none.  An
  * item that another claim holds until it commits still counts: the claim
- * will skip it, as the one-name form does.
+ * will skip it, as the one-name form does.  The queue that served the
+ * previous claim is not probed but asked: it most likely has more, and its
+ * probe would walk the same index entries as its claim (the dead ones of
+ * the items claimed since the last vacuum among them).  Should it have
+ * none, the second round of look() gives its share to the others.
  */
 static void
 probe(ListedGroup *groups, int n)
 {
-	Relation	heap = NULL;
-	Relation	pending = NULL;
-	Relation	due = NULL;
-	Snapshot	snapshot = NULL;
-	TupleTableSlot *slot = NULL;
+	ItemProbe	p;
+	bool		opened = false;
 	TimestampTz now = GetCurrentTimestamp();
 
 	for (int i = 0; i < n; i++)
 	{
 		ListedGroup *g = &groups[i];
-		ScanKeyData keys[2];
 
 		CHECK_FOR_INTERRUPTS();
 		g->has_work = !g->gone && !g->group.paused;
-		if (!g->has_work || g->group.kind != PGQ_KIND_QUEUE)
+		if (!g->has_work || g->group.kind != PGQ_KIND_QUEUE ||
+			g->group.ref.group_id == last_served)
 			continue;
-		if (heap == NULL)
+		if (!opened)
 		{
-			heap = pgq_open_rel("items", AccessShareLock);
-			pending = pgq_open_rel("items_pending_idx", AccessShareLock);
-			due = pgq_open_rel("items_due_idx", AccessShareLock);
-			snapshot = RegisterSnapshot(GetTransactionSnapshot());
-			slot = table_slot_create(heap, NULL);
+			probe_open(&p);
+			opened = true;
 		}
-		ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_INT8EQ,
-					Int64GetDatum(g->group.ref.group_id));
-		if (index_has_row(heap, pending, snapshot, slot, keys, 1))
-			continue;
-		ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_INT8EQ,
-					Int64GetDatum(g->group.ref.group_id));
-		ScanKeyInit(&keys[1], 2, BTLessEqualStrategyNumber,
-					F_TIMESTAMPTZ_LE, TimestampTzGetDatum(now));
-		g->has_work = index_has_row(heap, due, snapshot, slot, keys, 2);
+		g->has_work = probe_queue(&p, g->group.ref.group_id, now);
 	}
-	if (heap != NULL)
-	{
-		ExecDropSingleTupleTableSlot(slot);
-		UnregisterSnapshot(snapshot);
-		index_close(due, NoLock);
-		index_close(pending, NoLock);
-		table_close(heap, NoLock);
-	}
+	if (opened)
+		probe_close(&p);
 }
 
 /*
