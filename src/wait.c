@@ -100,6 +100,13 @@ typedef struct PgqMultiWake
 
 static PgqMultiWake *multi_wake = NULL;
 
+/* This backend's variable among them, by its process number */
+#if PG_VERSION_NUM >= 170000
+#define MY_MULTI_CV		(MyProcNumber % PGQ_MULTI_WAKE_CVS)
+#else
+#define MY_MULTI_CV		(MyProc->pgprocno % PGQ_MULTI_WAKE_CVS)
+#endif
+
 /* The slots this backend counts itself a waiter of, and on which variable. */
 static uint64 my_multi_slots = 0;
 static int	my_multi_cv = 0;
@@ -321,7 +328,7 @@ multi_count(uint64 slots)
 	if (slots == my_multi_slots)
 		return;
 	multi_uncount();
-	my_multi_cv = MyProc->pgprocno % PGQ_MULTI_WAKE_CVS;
+	my_multi_cv = MY_MULTI_CV;
 	for (int i = 0; i < PGQ_WAKE_SLOTS; i++)
 		if (slots & (UINT64CONST(1) << i))
 			pg_atomic_fetch_add_u32(&multi_wake->waiters[i][my_multi_cv], 1);
@@ -372,7 +379,7 @@ pgq_wait_for_any(const PgqGroupRef *groups, int n, TimestampTz deadline,
 	 * read: a waker that counted its wake-up before that is seen here, and
 	 * one after sees this backend counted and broadcasts.
 	 */
-	cv = &multi_wake->cvs[MyProc->pgprocno % PGQ_MULTI_WAKE_CVS];
+	cv = &multi_wake->cvs[MY_MULTI_CV];
 	ConditionVariablePrepareToSleep(cv);
 	multi_count(slots);
 	pg_memory_barrier();
