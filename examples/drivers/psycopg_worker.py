@@ -134,6 +134,21 @@ def traps():
         print(f'... blocks claimed after it: {n}')
         conn.execute("SELECT pgq.drop_group('psycopg_trap_lease')")
         conn.execute("SELECT pgq.drop_group('psycopg_trap')")
+        # 3. a list of str is sent untyped: passed positionally to pgq.claim,
+        # the server takes it for one group name (the one-name form)
+        names = ['psycopg_trap_a', 'psycopg_trap_b']
+        for q in names:
+            conn.execute('SELECT pgq.create_queue(%s)', (q,))
+        conn.execute("SELECT pgq.enqueue('psycopg_trap_b', '{}')")
+        try:
+            conn.execute('SELECT count(*) FROM pgq.claim(%s)', (names,))
+        except psycopg.Error as e:
+            print(f'a list, positionally: {e.sqlstate} {e.diag.message_primary}')
+        row = conn.execute('SELECT group_name FROM pgq.claim(group_names => %s)',
+                           (names,)).fetchone()
+        print(f'a list, as group_names => %s: claimed from {row[0]}')
+        for q in names:
+            conn.execute('SELECT pgq.drop_group(%s)', (q,))
 
 
 if __name__ == '__main__':

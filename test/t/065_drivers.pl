@@ -16,7 +16,9 @@
 #   leaves the claim waiting in the server (the next query times out too,
 #   an item is leased to nobody) where statement_timeout cancels it;
 #   advisory mode through a pool's query() fails with 55000; postgres.js's
-#   sql.array() types a bigint[] from its first element.
+#   sql.array() types a bigint[] from its first element; psycopg sends a
+#   list of str untyped, which pgq.claim takes for one group name unless
+#   it is passed as group_names =>.
 #
 # pgjdbc (libpostgresql-jdbc-java, and java), asyncpg (python3-asyncpg) and
 # psycopg (python3-psycopg) are Debian packages that test/run-tests.sh
@@ -247,6 +249,14 @@ my %traps = (
 			qr/^pipeline, a lease claim then an error: 22012 division by zero$/m
 		],
 		[ '... undoes the lease claim before it', qr/^\.\.\. blocks claimed after it: 0$/m ],
+		[
+			'a list of names passed positionally is one group name',
+			qr/^a list, positionally: 42704 group "\{psycopg_trap_a,psycopg_trap_b\}" does not exist$/m
+		],
+		[
+			'... and as group_names => a list of several',
+			qr/^a list, as group_names => %s: claimed from psycopg_trap_b$/m
+		],
 	],
 	'node-postgres' => [
 		[
