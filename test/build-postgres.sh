@@ -10,7 +10,10 @@
 # from the pool (the index may name a patch release the pool no longer has:
 # then the newest older one that exists is taken), checks its SHA-256 where
 # the index has it, and builds it with --enable-cassert --enable-debug
-# --enable-tap-tests, plus the contrib modules pgq's tests use.
+# --enable-tap-tests, plus the contrib modules pgq's tests use.  From 17 on
+# also with --enable-injection-points and the injection_points test module,
+# for the isolation specs that pause pgq inside a claim (ISOLATION_INJECTION
+# in the Makefile).
 #
 # The result goes to $PGQ_PG_CACHE/MAJOR (default /var/cache/pgq-postgres),
 # which later runs on the same machine reuse.  Run as root: it installs the
@@ -25,6 +28,12 @@ jobs=${PGQ_BUILD_JOBS:-$(nproc)}
 configure_opts=(--enable-cassert --enable-debug --enable-tap-tests
 	--without-icu --without-zstd --without-lz4)
 contrib=(amcheck dblink pageinspect)
+# injection points (and the module that drives them) came in 17
+modules=()
+if [ "$major" -ge 17 ] 2>/dev/null; then
+	configure_opts+=(--enable-injection-points)
+	modules+=(injection_points)
+fi
 
 log() { printf 'build-postgres %s: %s\n' "$major" "$*" >&2; }
 
@@ -39,6 +48,7 @@ esac
 # both still match, there is nothing to do.
 stamp=$prefix/.pgq-build
 want_stamp="configure ${configure_opts[*]}; contrib ${contrib[*]}"
+[ ${#modules[@]} = 0 ] || want_stamp+="; modules ${modules[*]}"
 if [ -x "$prefix/bin/pg_config" ] && [ -f "$stamp" ] &&
 	[ "$(sed -n 2p "$stamp")" = "$want_stamp" ]; then
 	log "cached: $(sed -n 1p "$stamp")"
@@ -153,6 +163,9 @@ mkdir -p "$cache"
 	make -s install >>"$work/make.log" 2>&1
 	for module in "${contrib[@]}"; do
 		make -s -C "contrib/$module" install >>"$work/make.log" 2>&1
+	done
+	for module in ${modules[@]+"${modules[@]}"}; do
+		make -s -C "src/test/modules/$module" install >>"$work/make.log" 2>&1
 	done
 	# PGXS runs isolation specs and TAP tests with these, from pgxs/src/test
 	make -s -C src/test/isolation install >>"$work/make.log" 2>&1
