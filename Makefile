@@ -24,10 +24,21 @@ ISOLATION_OPTS = --temp-instance=tmp_check_iso \
 	--inputdir=$(srcdir)/test/isolation \
 	--outputdir=output_iso
 
+# isolation specs that pause pgq inside a claim at its injection points
+# (PGQ_INJECTION_POINT in src/pgq.h), with the injection_points test module:
+# only servers built with --enable-injection-points (17 and later) run them,
+# with make installcheck-injection (test/run-tests.sh does where it can)
+ISOLATION_INJECTION = claim_count_ahead
+ISOLATION_INJECTION_OPTS = --temp-instance=tmp_check_inj \
+	--temp-config=$(srcdir)/test/pgq.conf --load-extension=pgq \
+	--load-extension=injection_points \
+	--inputdir=$(srcdir)/test/isolation \
+	--outputdir=output_inj --dbname=$(ISOLATION_TESTDB)
+
 TAP_TESTS = 1
 PROVE_TESTS = test/t/*.pl
 
-EXTRA_CLEAN = tmp_check_regress tmp_check_iso output_iso results regression.diffs regression.out
+EXTRA_CLEAN = tmp_check_regress tmp_check_iso output_iso tmp_check_inj output_inj results regression.diffs regression.out
 
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
@@ -35,6 +46,12 @@ include $(PGXS)
 # rebuild every object when a header changes: PGXS tracks header
 # dependencies only in a PostgreSQL built with --enable-depend
 $(OBJS): $(wildcard src/*.h)
+
+# The isolation specs of ISOLATION_INJECTION, in an instance of their own.
+.PHONY: installcheck-injection
+installcheck-injection:
+	$(pg_isolation_regress_installcheck) $(ISOLATION_INJECTION_OPTS) \
+		$(ISOLATION_INJECTION)
 
 # Benchmarks against plain-SQL designs, on a throwaway server (as root):
 # see bench/README.md.

@@ -597,6 +597,7 @@ take_block(const PgqGroup *group, int64 block_id, PgqBlockScan *found,
 		pgq_advisory_locks_give(budget_role);
 		return false;
 	}
+	PGQ_INJECTION_POINT("pgq-advisory-scan-locked");
 
 	/*
 	 * Remember the lock before the check, which may fail: the abort then

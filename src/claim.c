@@ -119,6 +119,7 @@ lock_and_delete(const PgqGroupRef *group, int64 from, int limit,
 			MemoryContext oldcxt;
 
 			pgq_xact_claiming_count(limit - found);
+			PGQ_INJECTION_POINT("pgq-claim-scan-counted");
 			result = table_tuple_delete(scan.heap, &scan.slot->tts_tid, cid,
 										scan.snapshot, InvalidSnapshot, false,
 										&tmfd, false);
@@ -126,6 +127,7 @@ lock_and_delete(const PgqGroupRef *group, int64 from, int limit,
 				pgq_xact_claiming_stale();	/* consumed */
 			if (result != TM_Ok)
 				continue;		/* claimed by another, or consumed */
+			PGQ_INJECTION_POINT("pgq-claim-scan-taken");
 
 			/* the slot still holds the version this transaction deleted */
 			added[found].id =

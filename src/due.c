@@ -338,6 +338,7 @@ pgq_block_due(const PgqGroupRef *group, TimestampTz now, int max,
 	n = walk_due(group, now, max, false, due, &earliest);
 	if (!own)
 	{
+		PGQ_INJECTION_POINT("pgq-due-look-walked");
 		pgq_xact_remember_look(group);
 		pgq_due_found(group, gen, now, earliest);
 		my_look.active = false;

@@ -943,6 +943,7 @@ claim_pending(const PgqGroup *group, int64 from, int limit,
 				continue;
 			}
 			writer_claim(&w, until, &blocks[n++], cxt);
+			PGQ_INJECTION_POINT("pgq-lease-scan-taken");
 		}
 	}
 	writer_close(&w, n > 0);

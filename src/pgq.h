@@ -86,6 +86,24 @@ typedef struct PgqGroup
  */
 #define OP(op)	"OPERATOR(pg_catalog." op ")"
 
+/*
+ * PGQ_INJECTION_POINT(name): a place where the isolation specs of
+ * ISOLATION_INJECTION (Makefile) pause a claim, with the injection_points
+ * test module.  Compiled only into servers built with
+ * --enable-injection-points (17 and later), whose macro takes an argument
+ * from 18 on; nothing at all elsewhere.
+ */
+#ifdef USE_INJECTION_POINTS
+#include "utils/injection_point.h"
+#if PG_VERSION_NUM >= 180000
+#define PGQ_INJECTION_POINT(name) INJECTION_POINT(name, NULL)
+#else
+#define PGQ_INJECTION_POINT(name) INJECTION_POINT(name)
+#endif
+#else
+#define PGQ_INJECTION_POINT(name) ((void) 0)
+#endif
+
 /* pgq.c */
 extern int	pgq_max_groups;
 extern int	pgq_materialize_timeout;

@@ -12,15 +12,21 @@
 #
 # The targets (PGQ_TEST_TARGETS, in this order by default):
 #   15            Debian's PostgreSQL 15 package    regress isolation tap
-#   cassert-18    18 from Debian's source package   regress isolation tap
-#   cassert-17    17 from Debian's source package   regress isolation
+#   cassert-18    18 from Debian's source package   regress isolation tap injection
+#   cassert-17    17 from Debian's source package   regress isolation injection
 #   cassert-15    15 from Debian's source package   regress isolation
-# PGQ_TEST_TARGETS=custom with PG_CONFIG runs all three suites on that server.
+# PGQ_TEST_TARGETS=custom with PG_CONFIG runs all the suites on that server.
+# The suite "injection" is the isolation specs that pause pgq at its
+# injection points (ISOLATION_INJECTION in the Makefile): it runs where the
+# server was built with --enable-injection-points and has the
+# injection_points module (test/build-postgres.sh builds 17 and 18 so), and
+# is reported as skipped, with the reason, elsewhere.
 # Debian's 15 runs in a second lane beside the others (PGQ_TEST_LANES=1: one
 # after the other).
 # PGQ_SUITES names the suites to run (e.g. "regress tap"); PGQ_REGRESS,
-# PGQ_ISOLATION and PGQ_PROVE_TESTS narrow them to some tests (as the
-# Makefile's REGRESS, ISOLATION and PROVE_TESTS).
+# PGQ_ISOLATION, PGQ_INJECTION and PGQ_PROVE_TESTS narrow them to some tests
+# (as the Makefile's REGRESS, ISOLATION, ISOLATION_INJECTION and
+# PROVE_TESTS).
 #
 # A target fails if a test fails, or if any server log holds a failed
 # assertion, a PANIC or a process ended by a signal other than a test's own
@@ -73,8 +79,8 @@ suites_of() {
 		return
 	fi
 	case $1 in
-		15 | cassert-18 | custom) echo regress isolation tap ;;
-		cassert-17 | cassert-15) echo regress isolation ;;
+		15 | cassert-18 | custom) echo regress isolation tap injection ;;
+		cassert-17 | cassert-15) echo regress isolation injection ;;
 		*) echo "unknown target $1" >&2; return 1 ;;
 	esac
 }
@@ -103,7 +109,21 @@ suite_args() {
 			printf '%s\n' REGRESS= ISOLATION=
 			[ -z "${PGQ_PROVE_TESTS:-}" ] || printf 'PROVE_TESTS=%s\n' "$PGQ_PROVE_TESTS"
 			;;
+		injection)
+			[ -z "${PGQ_INJECTION:-}" ] || printf 'ISOLATION_INJECTION=%s\n' "$PGQ_INJECTION"
+			;;
 	esac
+}
+
+# Why the suite "injection" cannot run on a server (nothing if it can): it
+# needs injection points compiled in and the injection_points module.
+injection_missing() {
+	local pg_config=$1
+	if ! "$pg_config" --configure | grep -q -- '--enable-injection-points'; then
+		echo "built without --enable-injection-points"
+	elif [ ! -f "$("$pg_config" --sharedir)/extension/injection_points.control" ]; then
+		echo "the injection_points module is not installed"
+	fi
 }
 
 # Count one suite's results from its log into the globals p and f:
@@ -149,11 +169,20 @@ run_target() {
 
 	line="$target ($version):"
 	for suite in $(suites_of "$target"); do
-		local log="$log_dir/$target-$suite.log" ok=1
+		local log="$log_dir/$target-$suite.log" ok=1 goal=installcheck
+		if [ "$suite" = injection ]; then
+			local missing
+			missing=$(injection_missing "$pg_config")
+			if [ -n "$missing" ]; then
+				line+=" injection skipped ($missing),"
+				continue
+			fi
+			goal=installcheck-injection
+		fi
 		say "$target: $suite"
 		local args=()
 		mapfile -t args < <(suite_args "$suite")
-		run_as_tester make -C "$work" PG_CONFIG="$pg_config" installcheck \
+		run_as_tester make -C "$work" PG_CONFIG="$pg_config" "$goal" \
 			"${args[@]}" >"$log" 2>&1 || ok=0
 		tail -n 25 "$log"
 		count_suite "$suite" "$log"
@@ -163,7 +192,8 @@ run_target() {
 		failures=$((failures + f))
 		line+=" $suite $p/$((p + f)),"
 		if [ "$ok" = 0 ]; then
-			for diffs in "$work/regression.diffs" "$work/output_iso/regression.diffs"; do
+			for diffs in "$work/regression.diffs" "$work/output_iso/regression.diffs" \
+				"$work/output_inj/regression.diffs"; do
 				[ -f "$diffs" ] && { echo "--- $diffs"; head -n 200 "$diffs"; }
 			done
 			for tap_log in "$work"/tmp_check/log/regress_log_*; do
