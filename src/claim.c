@@ -123,11 +123,11 @@ lock_and_delete(const PgqGroupRef *group, int64 from, int limit,
 			result = table_tuple_delete(scan.heap, &scan.slot->tts_tid, cid,
 										scan.snapshot, InvalidSnapshot, false,
 										&tmfd, false);
+			PGQ_INJECTION_POINT("pgq-claim-scan-tried");
 			if (result == TM_Updated || result == TM_Deleted)
 				pgq_xact_claiming_stale();	/* consumed */
 			if (result != TM_Ok)
 				continue;		/* claimed by another, or consumed */
-			PGQ_INJECTION_POINT("pgq-claim-scan-taken");
 
 			/* the slot still holds the version this transaction deleted */
 			added[found].id =
