@@ -691,6 +691,7 @@ lock_candidates(const PgqGroup *group, PgqBlockScan *scan, int limit,
 		}
 		*last = block_id;
 		pgq_xact_claiming_count(limit - n);
+		PGQ_INJECTION_POINT("pgq-advisory-scan-counted");
 		if (take_block(group, block_id, scan, &blocks[n], cxt))
 			n++;
 	}
