@@ -710,3 +710,106 @@ LANGUAGE C VOLATILE ROWS 1;
 
 COMMENT ON FUNCTION pgq.claim(text[], integer, interval, bigint, bigint, integer) IS
 'claim up to max_blocks blocks or items from the groups and queues of a list, fairly, after completing the block given as complete';
+
+-- Ordering keys: items of a queue that share an ordering key are handed out
+-- one at a time, in the order they were enqueued, while other keys go on in
+-- parallel.  Only the head of a key is claimable: an item enqueued while its
+-- key has an unfinished item waits in state 'w', outside items_pending_idx,
+-- so claims stay what they were.  When the head is done or dead-lettered,
+-- the next waiting item of its key (the lowest item_id) becomes pending in
+-- the same transaction (ordering.c).  This index finds a key's unfinished
+-- items; finished ones leave it, so it holds only the keys in use.
+ALTER TABLE pgq.items ADD COLUMN ordering_key text;
+CREATE INDEX items_ordering_idx ON pgq.items (group_id, ordering_key, item_id)
+    WHERE ordering_key IS NOT NULL AND state <> 'd' AND state <> 'f';
+
+-- pgq.enqueue and pgq.enqueue_many take ordering_key(s) => : dropped and
+-- created again, as an argument cannot be added in place.
+DROP FUNCTION pgq.enqueue(text, jsonb, text, integer, timestamptz, bytea);
+
+CREATE FUNCTION pgq.enqueue(group_name text, payload jsonb DEFAULT NULL,
+                            key text DEFAULT NULL, priority integer DEFAULT 0,
+                            run_at timestamptz DEFAULT NULL,
+                            data bytea DEFAULT NULL,
+                            ordering_key text DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'pgq_enqueue'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION pgq.enqueue(text, jsonb, text, integer, timestamptz, bytea, text) IS
+'add an item to a queue; for a key the queue holds already, the existing item''s id';
+
+DROP FUNCTION pgq.enqueue_many(text, jsonb[], text[], integer, timestamptz, bytea[]);
+
+CREATE FUNCTION pgq.enqueue_many(group_name text, payloads jsonb[] DEFAULT NULL,
+                                 keys text[] DEFAULT NULL,
+                                 priority integer DEFAULT 0,
+                                 run_at timestamptz DEFAULT NULL,
+                                 data bytea[] DEFAULT NULL,
+                                 ordering_keys text[] DEFAULT NULL)
+RETURNS bigint[]
+AS 'MODULE_PATHNAME', 'pgq_enqueue_many'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION pgq.enqueue_many(text, jsonb[], text[], integer, timestamptz, bytea[], text[]) IS
+'add many items to a queue in one call; returns their ids in the order given';
+
+-- Items waiting behind the head of their ordering key count as waiting,
+-- not pending; dead items show their ordering key.
+CREATE OR REPLACE VIEW pgq.queue_stats WITH (security_barrier) AS
+SELECT g.group_name AS queue_name,
+       g.mode,
+       count(i.item_id) FILTER (WHERE i.state = 'p'
+                                   OR (i.state IN ('c', 'r')
+                                       AND i.due_at <= now())) AS pending,
+       count(i.item_id) FILTER (WHERE i.state = 'r' AND i.due_at > now())
+           AS scheduled,
+       count(i.item_id) FILTER (WHERE i.state = 'c' AND i.due_at > now())
+           AS running,
+       count(i.item_id) FILTER (WHERE i.state = 'd'
+                                  AND (i.payload IS NOT NULL
+                                       OR i.data IS NOT NULL)) AS done,
+       count(i.item_id) FILTER (WHERE i.state = 'f'
+                                  AND (i.payload IS NOT NULL
+                                       OR i.data IS NOT NULL)) AS dead,
+       now() - min(CASE WHEN i.state = 'p' THEN i.enqueued_at
+                        WHEN i.state IN ('c', 'r') AND i.due_at <= now()
+                        THEN greatest(i.enqueued_at, i.due_at)
+                   END) AS oldest_pending_age,
+       g.lease,
+       g.max_attempts,
+       g.backoff,
+       g.max_backoff,
+       g.owner,
+       g.created_at,
+       g.paused,
+       count(i.item_id) FILTER (WHERE i.state IN ('d', 'f')
+                                  AND i.payload IS NULL
+                                  AND i.data IS NULL) AS kept_keys,
+       g.retention,
+       g.key_retention,
+       count(i.item_id) FILTER (WHERE i.state = 'w') AS waiting
+FROM pgq.groups g
+LEFT JOIN pgq.items i ON i.group_id = g.group_id
+WHERE g.kind = 'queue'
+  AND pgq.may_see(g.owner, g.consumers, g.producers)
+GROUP BY g.group_id;
+
+CREATE OR REPLACE VIEW pgq.dead_items WITH (security_barrier) AS
+SELECT g.group_name AS queue_name,
+       i.item_id,
+       i.key,
+       i.attempt,
+       i.last_error,
+       i.errors,
+       i.payload,
+       i.enqueued_at,
+       i.finished_at AS failed_at,
+       pg_catalog.decode(i.errors -> (-1) ->> 'data', 'base64')
+           AS last_error_data,
+       i.ordering_key
+FROM pgq.items i
+JOIN pgq.groups g ON g.group_id = i.group_id
+WHERE i.state = 'f'
+  AND (i.payload IS NOT NULL OR i.data IS NOT NULL)
+  AND pgq.may_see(g.owner, g.consumers, g.producers);

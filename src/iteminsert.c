@@ -40,6 +40,7 @@
 #include "nodes/makefuncs.h"
 #include "storage/lmgr.h"
 #include "utils/fmgrprotos.h"
+#include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
@@ -86,6 +87,7 @@ struct PgqItemInserter
 	bool		look_first;		/* always look for the key first */
 	Oid			seqid;			/* pgq.block_id_seq */
 	int32		epoch;			/* recorded in each item; 0.2 only */
+	AttrNumber	ordering_attnum;	/* ordering_key; 0.2 only */
 	bool		inserted;		/* a row went in */
 };
 
@@ -112,6 +114,7 @@ pgq_item_inserter_begin(int32 epoch)
 			 RelationGetDescr(ins->rel)->natts, Natts_items);
 	ins->seqid = pgq_rel_oid("block_id_seq");
 	ins->epoch = epoch;
+	ins->ordering_attnum = get_attnum(RelationGetRelid(ins->rel), "ordering_key");
 	key_index = pgq_rel_oid("items_key_idx");
 	ins->estate = CreateExecutorState();
 	ins->rri = pgq_result_rel(ins->estate, ins->rel);
@@ -222,7 +225,8 @@ pgq_item_insert(PgqItemInserter *ins, const PgqNewItem *item)
 	slot->tts_isnull[Anum_items_key - 1] = item->key == NULL;
 	slot->tts_values[Anum_items_priority - 1] = Int32GetDatum(item->priority);
 	slot->tts_isnull[Anum_items_priority - 1] = false;
-	slot->tts_values[Anum_items_state - 1] = CharGetDatum(item->has_due_at ? 'r' : 'p');
+	slot->tts_values[Anum_items_state - 1] =
+		CharGetDatum(item->waiting ? 'w' : item->has_due_at ? 'r' : 'p');
 	slot->tts_isnull[Anum_items_state - 1] = false;
 	slot->tts_values[Anum_items_attempt - 1] = Int32GetDatum(0);
 	slot->tts_isnull[Anum_items_attempt - 1] = false;
@@ -240,6 +244,14 @@ pgq_item_insert(PgqItemInserter *ins, const PgqNewItem *item)
 	{
 		slot->tts_values[Anum_items_epoch - 1] = Int32GetDatum(ins->epoch);
 		slot->tts_isnull[Anum_items_epoch - 1] = false;
+	}
+	/* the ordering key (ordering.c), where the column is */
+	if (item->ordering_key != NULL)
+	{
+		if (ins->ordering_attnum == InvalidAttrNumber)
+			elog(ERROR, "pgq.items has no column ordering_key");
+		slot->tts_values[ins->ordering_attnum - 1] = PointerGetDatum(item->ordering_key);
+		slot->tts_isnull[ins->ordering_attnum - 1] = false;
 	}
 	ExecStoreVirtualTuple(slot);
 

@@ -25,6 +25,8 @@ typedef struct PgqNewItem
 	bool		no_payload;
 	Datum		data;			/* bytea */
 	bool		no_data;
+	text	   *ordering_key;	/* NULL: none */
+	bool		waiting;		/* behind its ordering key's head: state 'w' */
 } PgqNewItem;
 
 typedef struct PgqItemInserter PgqItemInserter;

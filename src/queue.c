@@ -51,6 +51,7 @@
 #include "group.h"
 #include "iteminsert.h"
 #include "lease.h"
+#include "ordering.h"
 #include "privilege.h"
 #include "queue.h"
 #include "quota.h"
@@ -465,16 +466,21 @@ new_item(PgqNewItem *item, const PgqGroup *group, int32 priority,
 }
 
 /*
- * pgq.enqueue(group_name, payload, key, priority, run_at, data) -> bigint
+ * pgq.enqueue(group_name, payload, key, priority, run_at, data,
+ *			   ordering_key) -> bigint
  *
  * The new item's id; for a key the queue holds already, that item's id,
- * adding nothing.
+ * adding nothing.  An item whose ordering key has an unfinished item waits
+ * behind it (ordering.c).
  */
 Datum
 pgq_enqueue(PG_FUNCTION_ARGS)
 {
 	PgqGroup	group;
 	text	   *key = PG_ARGISNULL(2) ? NULL : PG_GETARG_TEXT_PP(2);
+	/* ordering_key => (since 0.2) */
+	text	   *ordering_key = PG_NARGS() > 6 && !PG_ARGISNULL(6) ?
+		PG_GETARG_TEXT_PP(6) : NULL;
 	int32		priority;
 	PgqNewItem	item;
 	PgqItemInserter *ins;
@@ -489,6 +495,8 @@ pgq_enqueue(PG_FUNCTION_ARGS)
 		report_no_payload();
 	if (key != NULL)
 		check_key(key);
+	if (ordering_key != NULL)
+		pgq_ordering_check_key(ordering_key, "ordering_key");
 	priority = PG_GETARG_INT32(3);
 	check_priority(priority);
 	pgq_check_not_in_recovery("enqueue");
@@ -505,10 +513,17 @@ pgq_enqueue(PG_FUNCTION_ARGS)
 	item.no_data = PG_ARGISNULL(5);
 	pgq_check_item_size(&item);
 	pgq_check_queue_room(&group, 1);
+	if (ordering_key != NULL)
+	{
+		item.ordering_key = ordering_key;
+		item.waiting = pgq_ordering_must_wait(pgq_ordering_enqueue_begin(&group,
+																		 &ordering_key, 1),
+											  0);
+	}
 	ins = pgq_item_inserter_begin(items_fenced() ? pgq_lease_epoch() : 0);
 	id = enqueue_one(ins, &group, &item, &added);
 	pgq_item_inserter_end(ins);
-	if (added && !item.has_due_at)
+	if (added && !item.has_due_at && !item.waiting)
 		pgq_announce_claimable(&group.ref, group.name);
 	SPI_finish();
 	pgq_leave(&scope);
@@ -516,13 +531,13 @@ pgq_enqueue(PG_FUNCTION_ARGS)
 }
 
 /*
- * pgq.enqueue_many(group_name, payloads, keys, priority, run_at, data)
- *	  -> bigint[]
+ * pgq.enqueue_many(group_name, payloads, keys, priority, run_at, data,
+ *					ordering_keys) -> bigint[]
  *
  * Enqueue an item per element, in one statement: the arrays that are given
  * must have the same length.  Returns the items' ids in the order given; a
  * key the queue holds already (or that comes twice) gives the existing
- * item's id.
+ * item's id.  Items of one ordering key are handed out in the order given.
  */
 Datum
 pgq_enqueue_many(PG_FUNCTION_ARGS)
@@ -531,6 +546,8 @@ pgq_enqueue_many(PG_FUNCTION_ARGS)
 	PgqArrayArg	payloads;
 	PgqArrayArg	keys;
 	PgqArrayArg	data;
+	PgqArrayArg	ordering_keys;
+	PgqOrderingEnqueue *oe = NULL;
 	int			n = -1;
 	int32		priority;
 	PgqNewItem	item;
@@ -548,6 +565,11 @@ pgq_enqueue_many(PG_FUNCTION_ARGS)
 	pgq_get_array_arg(fcinfo, 1, "payloads", JSONBOID, &payloads);
 	pgq_get_array_arg(fcinfo, 2, "keys", TEXTOID, &keys);
 	pgq_get_array_arg(fcinfo, 5, "data", BYTEAOID, &data);
+	/* ordering_keys => (since 0.2) */
+	if (PG_NARGS() > 6)
+		pgq_get_array_arg(fcinfo, 6, "ordering_keys", TEXTOID, &ordering_keys);
+	else
+		ordering_keys.n = -1;
 	if (payloads.n < 0 && data.n < 0)
 		report_no_payload();
 	n = Max(payloads.n, data.n);
@@ -556,12 +578,20 @@ pgq_enqueue_many(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
 				 errmsg("payloads, keys and data must have the same number of elements")));
+	if (ordering_keys.n >= 0 && ordering_keys.n != n)
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("ordering_keys must have one element per item"),
+				 errhint("Pass NULL, or as many ordering keys as payloads, with NULL for items without one.")));
 	for (int i = 0; i < n; i++)
 	{
 		if ((payloads.n < 0 || payloads.nulls[i]) && (data.n < 0 || data.nulls[i]))
 			report_no_payload();
 		if (keys.n >= 0 && !keys.nulls[i])
 			check_key(DatumGetTextPP(keys.values[i]));
+		if (ordering_keys.n >= 0 && !ordering_keys.nulls[i])
+			pgq_ordering_check_key(DatumGetTextPP(ordering_keys.values[i]),
+								   "ordering_keys element");
 	}
 	pgq_check_not_in_recovery("enqueue");
 	/* in the caller's memory: SPI_finish() frees what is allocated after */
@@ -580,6 +610,15 @@ pgq_enqueue_many(PG_FUNCTION_ARGS)
 	new_item(&item, &group, priority, !PG_ARGISNULL(4),
 			 PG_ARGISNULL(4) ? 0 : PG_GETARG_TIMESTAMPTZ(4));
 	pgq_check_queue_room(&group, n);
+	if (ordering_keys.n >= 0)
+	{
+		text	  **okeys = palloc(n * sizeof(text *));
+
+		for (int i = 0; i < n; i++)
+			okeys[i] = ordering_keys.nulls[i] ? NULL :
+				DatumGetTextPP(ordering_keys.values[i]);
+		oe = pgq_ordering_enqueue_begin(&group, okeys, n);
+	}
 	ins = pgq_item_inserter_begin(items_fenced() ? pgq_lease_epoch() : 0);
 	for (int i = 0; i < n; i++)
 	{
@@ -591,9 +630,14 @@ pgq_enqueue_many(PG_FUNCTION_ARGS)
 		item.no_payload = payloads.n < 0 || payloads.nulls[i];
 		item.data = data.n < 0 ? (Datum) 0 : data.values[i];
 		item.no_data = data.n < 0 || data.nulls[i];
+		item.ordering_key = ordering_keys.n < 0 || ordering_keys.nulls[i] ?
+			NULL : DatumGetTextPP(ordering_keys.values[i]);
+		item.waiting = oe != NULL && pgq_ordering_must_wait(oe, i);
 		pgq_check_item_size(&item);
 		ids[i] = enqueue_one(ins, &group, &item, &added);
-		any_added |= added;
+		if (added && oe != NULL)
+			pgq_ordering_enqueued(oe, i);
+		any_added |= added && !item.waiting;
 	}
 	pgq_item_inserter_end(ins);
 	if (any_added && !item.has_due_at)
@@ -611,8 +655,8 @@ pgq_enqueue_many(PG_FUNCTION_ARGS)
 /*
  * Move the queue's due items back to pending: delayed items and retries
  * whose time came, and claims whose lease ran out, which count as a failed
- * attempt and are dead-lettered if that was the last one.  Items locked by
- * others are left to them.
+ * attempt and are dead-lettered if that was the last one (handing their
+ * ordering keys on, from 0.2).  Items locked by others are left to them.
  *
  * With fenced attempt numbers, the claim that follows may take such an item
  * in the row version written here: the claim before it is that of the
@@ -656,7 +700,8 @@ promote_due(const PgqGroup *group, TimestampTz now, bool fenced)
 
 		plans[fenced] = pgq_keep_plan(fenced ?
 									  PROMOTE_DUE(TRIES_FENCED)
-									  "RETURNING d.moved_xmin, i.item_id, i.state" :
+									  "RETURNING d.moved_xmin, i.item_id, i.state, "
+									  "i.ordering_key" :
 									  PROMOTE_DUE(TRIES_0_1),
 									  4, argtypes);
 	}
@@ -672,6 +717,8 @@ promote_due(const PgqGroup *group, TimestampTz now, bool fenced)
 		pgq_claim_changed_more();
 	if (fenced)
 	{
+		List	   *finished;
+
 		pgq_events_note_rows(&group->ref, 2, 0, 3, 0);
 		for (uint64 i = 0; i < SPI_processed; i++)
 		{
@@ -681,7 +728,9 @@ promote_due(const PgqGroup *group, TimestampTz now, bool fenced)
 																   SPI_tuptable->tupdesc,
 																   1, &isnull)));
 		}
+		finished = pgq_ordering_finished_keys(3, 4);
 		SPI_freetuptable(SPI_tuptable);
+		pgq_ordering_hand_on(group, finished);
 	}
 }
 
@@ -766,9 +815,14 @@ run_lease_claim(SPIPlanPtr plan, Datum *values, bool fenced)
 	return rc;
 }
 
-/* The columns items_from_spi() reads, of pgq.items as "i". */
+/*
+ * The columns items_from_spi() reads, of pgq.items as "i"; a claim that
+ * finishes items (transaction mode) returns their ordering keys after them,
+ * from 0.2.
+ */
 #define ITEM_COLUMNS \
 	"i.item_id, i.attempt, i.payload, i.data, i.key, i.priority"
+#define ORDERED_COLUMNS ITEM_COLUMNS ", i.ordering_key"
 
 /*
  * Claim up to max_items items of a queue, highest priority first, then in
@@ -792,8 +846,12 @@ pgq_queue_claim(const PgqGroup *group, int max_items, PgqClaimed *items,
 	static SPIPlanPtr fenced_plan = NULL;
 	static SPIPlanPtr xact_plan = NULL;
 	static SPIPlanPtr xact_due_plan = NULL;
+	static SPIPlanPtr xact_plans[2] = {NULL, NULL};
 	TimestampTz now = GetCurrentTimestamp();
 	bool		fenced = group->mode == PGQ_MODE_LEASE && items_fenced();
+	bool		ordered = group->mode == PGQ_MODE_TRANSACTION &&
+		pgq_ordering_supported();
+	List	   *finished = NIL;
 	Datum		values[4];
 	int			n = 0;
 	int			rc;
@@ -802,14 +860,16 @@ pgq_queue_claim(const PgqGroup *group, int max_items, PgqClaimed *items,
 	{
 		Oid			argtypes[3] = {INT8OID, INT4OID, TIMESTAMPTZOID};
 
-#define CLAIM_ITEMS(set, where, order) \
+#define CLAIM_ITEMS_RETURNING(set, where, order, columns) \
 		"UPDATE pgq.items i SET " set " " \
 		"WHERE i.ctid " OP("=") " ANY (ARRAY(" \
 		"SELECT ctid FROM pgq.items " \
 		"WHERE group_id " OP("=") " $1 AND " where " " \
 		"ORDER BY " order " LIMIT $2 " \
 		"FOR UPDATE SKIP LOCKED)) " \
-		"RETURNING " ITEM_COLUMNS
+		"RETURNING " columns
+#define CLAIM_ITEMS(set, where, order) \
+		CLAIM_ITEMS_RETURNING(set, where, order, ITEM_COLUMNS)
 #define PENDING		"state " OP("=") " 'p'"
 #define BY_PRIORITY "group_id, priority DESC, item_id"
 
@@ -843,6 +903,27 @@ pgq_queue_claim(const PgqGroup *group, int max_items, PgqClaimed *items,
 												PENDING, BY_PRIORITY),
 									4, argtypes);
 	}
+	if (xact_plans[0] == NULL && ordered)
+	{
+		Oid			argtypes[3] = {INT8OID, INT4OID, TIMESTAMPTZOID};
+
+		/* the same as xact_due_plan and xact_plan, with ordering keys */
+		xact_plans[0] = pgq_keep_plan(CLAIM_ITEMS_RETURNING("state = 'd', due_at = NULL, "
+															"attempt = i.attempt " OP("+") " 1, "
+															"finished_at = $3",
+															"state " OP("=") " 'r' "
+															"AND due_at " OP("<=") " $3",
+															"group_id, due_at",
+															ORDERED_COLUMNS),
+									  3, argtypes);
+		xact_plans[1] = pgq_keep_plan(CLAIM_ITEMS_RETURNING("state = 'd', "
+															"attempt = i.attempt " OP("+") " 1, "
+															"finished_at = $3",
+															PENDING, BY_PRIORITY,
+															ORDERED_COLUMNS),
+									  3, argtypes);
+	}
+#undef CLAIM_ITEMS_RETURNING
 #undef CLAIM_ITEMS
 #undef PENDING
 #undef BY_PRIORITY
@@ -868,20 +949,32 @@ pgq_queue_claim(const PgqGroup *group, int max_items, PgqClaimed *items,
 	}
 	else
 	{
+		/*
+		 * The claim finishes the items in this transaction: their ordering
+		 * keys are handed on once both statements ran, so that one claim
+		 * never returns two items of a key.
+		 */
 		values[2] = TimestampTzGetDatum(now);
-		rc = SPI_execute_plan(xact_due_plan, values, NULL, false, 0);
+		rc = SPI_execute_plan(ordered ? xact_plans[0] : xact_due_plan, values,
+							  NULL, false, 0);
 		if (rc != SPI_OK_UPDATE_RETURNING)
 			elog(ERROR, "could not claim items: %s", SPI_result_code_string(rc));
+		if (ordered)
+			finished = pgq_ordering_finished_keys(0, 7);
 		n = items_from_spi(group, items, cxt);
 		if (n < max_items)
 		{
 			values[1] = Int32GetDatum(max_items - n);
-			rc = SPI_execute_plan(xact_plan, values, NULL, false, 0);
+			rc = SPI_execute_plan(ordered ? xact_plans[1] : xact_plan, values,
+								  NULL, false, 0);
 			if (rc != SPI_OK_UPDATE_RETURNING)
 				elog(ERROR, "could not claim items: %s", SPI_result_code_string(rc));
+			if (ordered)
+				finished = list_concat(finished, pgq_ordering_finished_keys(0, 7));
 			n += items_from_spi(group, items + n, cxt);
 		}
 		pgq_events_note_claimed(&group->ref, items, n);
+		pgq_ordering_hand_on(group, finished);
 	}
 	qsort(items, n, sizeof(PgqClaimed), compare_items);
 	return n;
@@ -889,7 +982,8 @@ pgq_queue_claim(const PgqGroup *group, int max_items, PgqClaimed *items,
 
 /*
  * Run a statement on an item with $1 group_id, $2 item_id, $3 attempt and
- * the caller's further arguments; true if it changed a row.
+ * the caller's further arguments; true if it changed a row.  What it
+ * returns, if anything, stays in SPI_tuptable.
  */
 static bool
 change_item(SPIPlanPtr *plan, const char *sql, int nargs, Oid *argtypes,
@@ -900,7 +994,7 @@ change_item(SPIPlanPtr *plan, const char *sql, int nargs, Oid *argtypes,
 	if (*plan == NULL)
 		*plan = pgq_keep_plan(sql, nargs, argtypes);
 	rc = SPI_execute_plan(*plan, values, nulls, false, 0);
-	if (rc != SPI_OK_UPDATE)
+	if (rc != SPI_OK_UPDATE && rc != SPI_OK_UPDATE_RETURNING)
 		elog(ERROR, "could not change item: %s", SPI_result_code_string(rc));
 	return SPI_processed > 0;
 }
@@ -914,7 +1008,7 @@ bool
 pgq_queue_complete(const PgqGroup *group, int64 item_id,
 				   FunctionCallInfo fcinfo)
 {
-	static SPIPlanPtr lease_plan = NULL;
+	static SPIPlanPtr lease_plans[2] = {NULL, NULL};
 	static SPIPlanPtr xact_plan = NULL;
 	Oid			argtypes[5] = {INT8OID, INT8OID, INT4OID, JSONBOID, BYTEAOID};
 	Datum		values[5];
@@ -930,15 +1024,25 @@ pgq_queue_complete(const PgqGroup *group, int64 item_id,
 
 	if (group->mode == PGQ_MODE_LEASE)
 	{
+		bool		ordered = pgq_ordering_supported();
+
 		values[2] = Int32GetDatum(pgq_required_attempt(fcinfo, 2, true));
-		done = change_item(&lease_plan,
-						   "UPDATE pgq.items SET state = 'd', due_at = NULL, "
-						   "result = $4, result_data = $5, "
-						   "finished_at = pg_catalog.clock_timestamp() "
-						   HELD_ITEM,
+#define COMPLETE_ITEM \
+	"UPDATE pgq.items SET state = 'd', due_at = NULL, " \
+	"result = $4, result_data = $5, " \
+	"finished_at = pg_catalog.clock_timestamp() " \
+	HELD_ITEM
+		done = change_item(&lease_plans[ordered],
+						   ordered ? COMPLETE_ITEM " RETURNING 0, ordering_key" :
+						   COMPLETE_ITEM,
 						   5, argtypes, values, nulls);
+#undef COMPLETE_ITEM
 		if (done)
+		{
+			if (ordered)
+				pgq_ordering_hand_on(group, pgq_ordering_finished_keys(0, 2));
 			pgq_lease_durable();
+		}
 	}
 	else
 	{
@@ -1013,7 +1117,7 @@ pgq_queue_fail(const PgqGroup *group, int64 item_id, FunctionCallInfo fcinfo,
 			   text *error, Interval *retry_after)
 {
 	static SPIPlanPtr lease_plans[2] = {NULL, NULL};
-	static SPIPlanPtr xact_plan = NULL;
+	static SPIPlanPtr xact_plans[2] = {NULL, NULL};
 	Oid			argtypes[7] = {INT8OID, INT8OID, INT4OID, TIMESTAMPTZOID,
 	TEXTOID, INT4OID, BYTEAOID};
 	Datum		values[7];
@@ -1021,6 +1125,7 @@ pgq_queue_fail(const PgqGroup *group, int64 item_id, FunctionCallInfo fcinfo,
 	TimestampTz now = GetCurrentTimestamp();
 	int32		attempt;
 	bool		fenced = false;
+	bool		ordered = pgq_ordering_supported();
 	bool		done;
 
 	/* "tries": the claims that max_attempts counts (see TRIES_FENCED) */
@@ -1088,19 +1193,50 @@ pgq_queue_fail(const PgqGroup *group, int64 item_id, FunctionCallInfo fcinfo,
 		values[3] = TimestampTzGetDatum(now + backoff_usecs(group, tried));
 	}
 
+	/*
+	 * From 0.2 on (fenced, in lease mode) the new state and the ordering key
+	 * come back: a lease-mode item dead-lettered hands its key on; a
+	 * transaction-mode item's claim did that already, and a retry takes it
+	 * back.
+	 */
+#define RETURNING_ORDERING " RETURNING state, ordering_key"
 	if (group->mode == PGQ_MODE_LEASE)
 	{
 		done = change_item(&lease_plans[fenced],
 						   fenced ?
-						   FAIL_ITEM("COALESCE(tries, attempt)", HELD_ITEM) :
+						   FAIL_ITEM("COALESCE(tries, attempt)", HELD_ITEM)
+						   RETURNING_ORDERING :
 						   FAIL_ITEM("attempt", HELD_ITEM),
 						   7, argtypes, values, nulls);
 		if (done)
+		{
+			if (fenced)
+				pgq_ordering_hand_on(group, pgq_ordering_finished_keys(1, 2));
 			pgq_lease_durable();
+		}
 	}
 	else
-		done = change_item(&xact_plan, FAIL_ITEM("attempt", OWN_ITEM), 7,
-						   argtypes, values, nulls);
+	{
+		done = change_item(&xact_plans[ordered],
+						   ordered ?
+						   FAIL_ITEM("attempt", OWN_ITEM) RETURNING_ORDERING :
+						   FAIL_ITEM("attempt", OWN_ITEM),
+						   7, argtypes, values, nulls);
+		if (done && ordered)
+		{
+			bool		no_key;
+			bool		isnull;
+
+			(void) SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+								 2, &no_key);
+			if (!no_key &&
+				DatumGetChar(SPI_getbinval(SPI_tuptable->vals[0],
+										   SPI_tuptable->tupdesc, 1,
+										   &isnull)) == 'r')
+				pgq_ordering_take_back(group, item_id);
+		}
+	}
+#undef RETURNING_ORDERING
 #undef FAIL_ITEM
 	if (done)
 	{
@@ -1147,6 +1283,64 @@ wake_returned_groups(int col)
 			continue;
 		previous = group.group_id;
 		pgq_xact_wake_at_commit(&group);
+	}
+}
+
+/* An ordering key of a queue's item that a batch finished. */
+typedef struct FinishedKey
+{
+	int64		group_id;
+	text	   *key;
+} FinishedKey;
+
+/* qsort comparator: finished keys by queue */
+static int
+compare_finished(const void *a, const void *b)
+{
+	return pgq_compare_int64(&((const FinishedKey *) a)->group_id,
+							 &((const FinishedKey *) b)->group_id);
+}
+
+/*
+ * Hand on the ordering keys of the items done by the last SPI statement,
+ * whose rows name their queue's id in column "group_col" and their
+ * ordering key in column "key_col", queue by queue; frees the statement's
+ * result.
+ */
+static void
+hand_on_returned_keys(int group_col, int key_col)
+{
+	SPITupleTable *tuptable = SPI_tuptable;
+	FinishedKey *keys = palloc(Max(SPI_processed, 1) * sizeof(FinishedKey));
+	int			n = 0;
+
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+		Datum		key = SPI_getbinval(tuptable->vals[i], tuptable->tupdesc,
+										key_col, &isnull);
+
+		if (isnull)
+			continue;
+		keys[n].key = DatumGetTextPCopy(key);
+		keys[n].group_id = DatumGetInt64(SPI_getbinval(tuptable->vals[i],
+													   tuptable->tupdesc,
+													   group_col, &isnull));
+		n++;
+	}
+	SPI_freetuptable(tuptable);
+	qsort(keys, n, sizeof(FinishedKey), compare_finished);
+	for (int i = 0; i < n;)
+	{
+		PgqGroup	group;
+		List	   *same = NIL;
+		int			j;
+
+		for (j = i; j < n && keys[j].group_id == keys[i].group_id; j++)
+			same = lappend(same, keys[j].key);
+		if (pgq_find_group_id(keys[i].group_id, &group))
+			pgq_ordering_hand_on(&group, same);
+		i = j;
 	}
 }
 
@@ -1220,6 +1414,7 @@ complete_items(PgqArrayArg *ids, PgqArrayArg *attempts, PgqArrayArg *results, in
 	char		nulls[4] = "    ";
 	int			dims[1] = {n};
 	int			lbs[1] = {1};
+	bool		ordered;
 	int			rc;
 
 	values[0] = PointerGetDatum(construct_array(ids->values, n, INT8OID,
@@ -1239,19 +1434,25 @@ complete_items(PgqArrayArg *ids, PgqArrayArg *attempts, PgqArrayArg *results, in
 		nulls[2] = 'n';
 	}
 	values[3] = queues_to_complete(values[0]);
-	rc = SPI_execute_with_args("UPDATE pgq.items i SET state = 'd', due_at = NULL, "
-							   "result = u.result, "
-							   "finished_at = pg_catalog.clock_timestamp() "
-							   "FROM ROWS FROM (pg_catalog.unnest($1), "
-							   "pg_catalog.unnest($2), pg_catalog.unnest($3)) "
-							   "AS u (id, attempt, result), pgq.groups g "
-							   "WHERE i.item_id " OP("=") " u.id "
-							   "AND i.state " OP("=") " 'c' "
-							   "AND i.attempt " OP("=") " u.attempt "
-							   "AND g.group_id " OP("=") " i.group_id "
-							   "AND g.group_id " OP("=") " ANY ($4) "
-							   "RETURNING i.item_id, g.group_id, g.created_at",
+	ordered = pgq_ordering_supported();
+#define COMPLETE_ITEMS \
+	"UPDATE pgq.items i SET state = 'd', due_at = NULL, " \
+	"result = u.result, " \
+	"finished_at = pg_catalog.clock_timestamp() " \
+	"FROM ROWS FROM (pg_catalog.unnest($1), " \
+	"pg_catalog.unnest($2), pg_catalog.unnest($3)) " \
+	"AS u (id, attempt, result), pgq.groups g " \
+	"WHERE i.item_id " OP("=") " u.id " \
+	"AND i.state " OP("=") " 'c' " \
+	"AND i.attempt " OP("=") " u.attempt " \
+	"AND g.group_id " OP("=") " i.group_id " \
+	"AND g.group_id " OP("=") " ANY ($4) " \
+	"RETURNING i.item_id, g.group_id, g.created_at"
+	/* from 0.2 on, with the ordering keys to hand on */
+	rc = SPI_execute_with_args(ordered ?
+							   COMPLETE_ITEMS ", i.ordering_key" : COMPLETE_ITEMS,
 							   4, argtypes, values, nulls, false, 0);
+#undef COMPLETE_ITEMS
 	if (rc != SPI_OK_UPDATE_RETURNING)
 		elog(ERROR, "could not complete items: %s", SPI_result_code_string(rc));
 	/* no more than one per id, even should rows made by hand share one */
@@ -1265,6 +1466,8 @@ complete_items(PgqArrayArg *ids, PgqArrayArg *attempts, PgqArrayArg *results, in
 	}
 	wake_returned_groups(2);
 	pgq_events_note_rows(NULL, 1, 2, 0, 'd');
+	if (ordered)
+		hand_on_returned_keys(2, 4);
 }
 
 /*
@@ -1383,6 +1586,8 @@ item_state_name(char state)
 			return "done";
 		case 'f':
 			return "dead";
+		case PGQ_ITEM_WAITING:
+			return "waiting";
 	}
 	return "unknown";
 }
@@ -1447,6 +1652,8 @@ retry_item(int64 item_id)
 	}
 
 	pgq_check_privilege(&group, PGQ_PRIV_USE);
+	/* an item with an ordering key becomes its key's head again */
+	pgq_ordering_check_retry(&group, item_id);
 	values[0] = Int64GetDatum(group.ref.group_id);
 	values[1] = Int64GetDatum(item_id);
 	/* as for blocks above: tries from 0 again, attempt numbers go on */
