@@ -41,7 +41,8 @@
 #     creation with a savepoint or a later error in its statement.  Every
 #     function of schema pgq, as installed, must have been called.
 #  5. Afterwards pgq's tables are consistent (no block or item without its
-#     group, states and times that agree, ids unique, nothing left
+#     group, states and times that agree, ids unique, an ordering key with
+#     at most one head and none waiting without one, nothing left
 #     materializing or prepared), the shared claimed counts are back to
 #     what the remaining holder holds, the injection targets are intact,
 #     and pgq still works end to end, in the fuzzing session itself and in
@@ -879,7 +880,8 @@ sub gen_enqueue
 		[ 'key', pick(@keys, "'k' || floor(random() * 50)::int"), 0.5 ],
 		[ 'priority', pick(@priorities), 0.3 ],
 		[ 'run_at', pick(@timestamps), 0.2 ],
-		[ 'data', pick(@byteas), 0.25 ] ]);
+		[ 'data', pick(@byteas), 0.25 ],
+		[ 'ordering_key', pick(@keys, "'o' || floor(random() * 5)::int"), 0.3 ] ]);
 	return ('enqueue', "SELECT $c");
 }
 
@@ -887,7 +889,7 @@ sub gen_enqueue_many
 {
 	my $n = pick(0, 1, 2, 3, 5, 50, 1000);
 	my $big = $n >= 50;
-	my ($payloads, $keys, $data);
+	my ($payloads, $keys, $data, $okeys);
 	my $m = chance(0.9) ? $n : pick(0, 1, 4);
 	if (chance(0.85))
 	{
@@ -907,12 +909,19 @@ sub gen_enqueue_many
 		  ? "(SELECT array_agg(decode(md5(g::text), 'hex')) FROM generate_series(1, $m) g)"
 		  : array_of('bytea', $m, sub { pick(@byteas) });
 	}
+	if (chance(0.3))
+	{
+		$okeys = $big
+		  ? "(SELECT array_agg(CASE WHEN g % 3 > 0 THEN 'o' || (g % 7) END) FROM generate_series(1, $m) g)"
+		  : array_of('text', $m, sub { pick(@keys, "'o' || floor(random() * 5)::int") });
+	}
 	my $c = call('enqueue_many', [ name_arg(queue => 1) ], [
 		[ 'payloads', $payloads // 'NULL', defined $payloads ? 0.95 : 0.05 ],
 		[ 'keys', $keys // 'NULL', defined $keys ? 0.95 : 0.05 ],
 		[ 'priority', pick(@priorities), 0.2 ],
 		[ 'run_at', pick(@timestamps), 0.2 ],
-		[ 'data', $data // 'NULL', defined $data ? 0.95 : 0.05 ] ]);
+		[ 'data', $data // 'NULL', defined $data ? 0.95 : 0.05 ],
+		[ 'ordering_keys', $okeys // 'NULL', defined $okeys ? 0.95 : 0.05 ] ]);
 	return ('enqueue_many', "SELECT $c");
 }
 
@@ -1675,7 +1684,28 @@ my $violations = $node->safe_psql('fuzz', q{
 	WHERE (state IN ('d', 'f')) <> (finished_at IS NOT NULL)
 	UNION ALL
 	SELECT 'items whose state and due time disagree', count(*) FROM pgq.items
-	WHERE (state IN ('c', 'r')) <> (due_at IS NOT NULL)
+	WHERE (state IN ('c', 'r') AND due_at IS NULL)
+	   OR (state IN ('p', 'd', 'f') AND due_at IS NOT NULL)
+	UNION ALL
+	SELECT 'items waiting without an ordering key, or with a bad one', count(*)
+	FROM pgq.items
+	WHERE (state = 'w' AND ordering_key IS NULL)
+	   OR ordering_key = '' OR octet_length(ordering_key) > 1024
+	UNION ALL
+	SELECT 'ordering keys with more than one head', count(*) FROM
+	(SELECT FROM pgq.items WHERE state IN ('p', 'c', 'r')
+	 AND ordering_key IS NOT NULL
+	 GROUP BY group_id, ordering_key HAVING count(*) > 1) h
+	UNION ALL
+	SELECT 'ordering keys whose items wait without a head', count(*) FROM
+	(SELECT FROM pgq.items WHERE ordering_key IS NOT NULL
+	 GROUP BY group_id, ordering_key
+	 HAVING bool_or(state = 'w') AND NOT bool_or(state IN ('p', 'c', 'r'))) s
+	UNION ALL
+	SELECT 'heads behind a waiting item of their key', count(*)
+	FROM pgq.items h JOIN pgq.items w
+	  ON w.group_id = h.group_id AND w.ordering_key = h.ordering_key
+	WHERE h.state IN ('p', 'c', 'r') AND w.state = 'w' AND w.item_id < h.item_id
 	UNION ALL
 	SELECT 'items with negative attempts', count(*) FROM pgq.items WHERE attempt < 0
 	UNION ALL
