@@ -72,8 +72,8 @@
  * has a key space of its own (two whose OIDs are equal modulo 8192 share
  * one).  PostgreSQL's own advisory locks use objsubid 1 and 2, pgq's locks
  * on group names and materializations 20564 and 20563 (pgq.h,
- * materialize.c).  The views pgq.group_stats and pgq.workers read the same
- * layout (pgq--0.1--0.2.sql).
+ * materialize.c), those on ordering keys 20565 (ordering.c).  The views
+ * pgq.group_stats and pgq.workers read the same layout (pgq--0.1--0.2.sql).
  */
 #define PGQ_LOCK_BLOCK		0
 #define PGQ_LOCK_WORKER		1
