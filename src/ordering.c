@@ -147,7 +147,7 @@ execute_fresh(SPIPlanPtr plan, Datum *values)
 {
 	if (IsolationUsesXactSnapshot())
 		return SPI_execute_snapshot(plan, values, NULL, GetLatestSnapshot(),
-									InvalidSnapshot, false, false, 0);
+									InvalidSnapshot, false, true, 0);
 	return SPI_execute_plan(plan, values, NULL, false, 0);
 }
 
