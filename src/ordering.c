@@ -329,17 +329,17 @@ pgq_ordering_hand_on(const PgqGroup *group, List *keys)
 	{
 		Oid			argtypes[3] = {INT8OID, TEXTOID, TIMESTAMPTZOID};
 
-		plan = pgq_keep_plan("UPDATE pgq.items i SET "
-							 "state = CASE WHEN i.due_at " OP(">") " $3 "
+		/* the key's first unfinished item, if it waits */
+		plan = pgq_keep_plan("UPDATE pgq.items SET "
+							 "state = CASE WHEN due_at " OP(">") " $3 "
 							 "THEN 'r'::pg_catalog.\"char\" "
 							 "ELSE 'p'::pg_catalog.\"char\" END, "
-							 "due_at = CASE WHEN i.due_at " OP(">") " $3 "
-							 "THEN i.due_at END "
-							 "FROM (SELECT ctid AS tid FROM pgq.items "
-							 KEY_UNFINISHED " ORDER BY item_id LIMIT 1) h "
-							 "WHERE i.ctid " OP("=") " h.tid "
-							 "AND i.state " OP("=") " 'w' "
-							 "RETURNING i.state",
+							 "due_at = CASE WHEN due_at " OP(">") " $3 "
+							 "THEN due_at END "
+							 "WHERE ctid " OP("=") " (SELECT ctid FROM pgq.items "
+							 KEY_UNFINISHED " ORDER BY item_id LIMIT 1) "
+							 "AND state " OP("=") " 'w' "
+							 "RETURNING state",
 							 3, argtypes);
 	}
 	slots = palloc(n * sizeof(OrderingSlot));
