@@ -69,7 +69,7 @@
 	"WHERE group_id " OP("=") " $1 AND ordering_key " OP("=") " $2 " \
 	"AND state " OP("<>") " 'd' AND state " OP("<>") " 'f'"
 
-/* One distinct ordering key of an enqueue call. */
+/* An ordering key, its hash, and the first item of a call that has it. */
 typedef struct OrderingSlot
 {
 	uint64		hash;
@@ -79,7 +79,6 @@ typedef struct OrderingSlot
 
 struct PgqOrderingEnqueue
 {
-	int			n;				/* items of the call */
 	int		   *slot_of;		/* per item: its key's slot, or -1 */
 	bool	   *busy;			/* per slot: the key has an unfinished item */
 };
@@ -222,7 +221,6 @@ pgq_ordering_enqueue_begin(const PgqGroup *group, text **keys, int n)
 	int			nkeyed = 0;
 	int			nslots = 0;
 
-	oe->n = n;
 	oe->slot_of = palloc(Max(n, 1) * sizeof(int));
 	oe->busy = palloc(Max(n, 1) * sizeof(bool));
 	for (int i = 0; i < n; i++)
