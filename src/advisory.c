@@ -311,8 +311,7 @@ forget_held(int i, bool back)
 	/* the hint after the unlock, the claimed count after the hint */
 	if (back)
 		pgq_hint_lower(&block.group, block.block_id);
-	pgq_xact_count_claimed(&block.group, -1);
-	if (back)
+	if (pgq_xact_count_claimed(&block.group, -1) || back)
 		pgq_wake_group(&block.group);
 }
 

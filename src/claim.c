@@ -329,9 +329,8 @@ pgq_group_exhausted(PgqGroup *group)
 		own = pgq_advisory_held_in_group(&group->ref);
 	else
 		own = pgq_xact_own_in_flight(group->ref.group_id);
-	if (own > 0)
-		pgq_wait_floor_raise(&group->ref, own);
-	others = !pgq_claimed_get(&group->ref, true, &claimed) || claimed > own;
+	others = !pgq_claimed_get_waiting(&group->ref, own, &claimed) ||
+		claimed > own;
 	if (!pgq_claim_hint(&group->ref, &hint, &gen))
 		hint = 0;
 	if (hint > 0 && others)

@@ -107,12 +107,22 @@ typedef struct PgqGroupKey
  *		scans' counts keep asleep are owed a wake: the scan that brings
  *		"scanning" to 0 gives it ("wake_owed").
  *	C2	Claims made while their group had no entry (the table was full)
- *		are counted in "uncounted" instead, and an entry made for the group
- *		later may be given them back when they end: it then counts too
- *		few.  Such an entry is "unsure": made while "uncounted" was not 0,
- *		or found by a claim that had just counted into "uncounted".  The
- *		count of an unsure entry is not known (NULL) until "uncounted" is
- *		0 again: the claims it held have ended, and nothing is owed.
+ *		are counted in the group's slot of "uncounted" instead, and an
+ *		entry made for the group later may be given them back when they
+ *		end: it then counts too few.  Such an entry is "unsure": made while
+ *		its slot was not 0, or found by a claim that had just counted into
+ *		the slot.  The count of an unsure entry is not known (NULL) until
+ *		the slot is 0 again: the claims it held have ended, and nothing is
+ *		owed.  (Waiting claims learn that at their next recheck.)
+ *	C3	A commit that brings "claimed" down to "wait_floor" wakes the
+ *		group's waiting claims (advisory mode's releases and completions
+ *		wake them whatever the count): "wait_floor" is at least what any
+ *		waiting claim holds of the group itself (0 for most), raised as the
+ *		claim reads the count, and set back to 0 by the wake.  A waiting
+ *		claim kept asleep only by what scans counted ahead ("claimed" at
+ *		or below what it holds, "scanning" not 0), whether it read the
+ *		count so or a commit made it so, is owed a wake ("wake_owed"),
+ *		which the scan that brings "scanning" to 0 gives.
  *	It is group_stats.claimed, and tells waiting claims that a group is
  *	exhausted (no block can come back) and full scans when they may run.
  *
@@ -952,8 +962,8 @@ mark_unsure(const PgqGroupRef *group)
 
 /*
  * Count blocks taken (delta > 0) or given up (delta < 0).  A count that
- * cannot be kept makes counts of groups without an entry unknown, until the
- * claims it counted are given up.  A claim given up that was not counted in
+ * cannot be kept makes the counts of the groups in its slot of "uncounted"
+ * unknown, until the claims it counted are given up.  A claim given up that was not counted in
  * its group's entry (it got none then) is taken off the uncounted ones,
  * once an entry made since has counted too few (C2).  A block given up that
  * is claimable again is taken out of the count after pgq_hint_lower() (see
@@ -1000,25 +1010,6 @@ pgq_claimed_add(const PgqGroupRef *group, int64 delta)
 	if (claimed < 0)
 		uncounted_add(&key, claimed);
 	return low;
-}
-
-/*
- * A claim of the group that holds "own" blocks of it is about to read the
- * count and, unless the group is exhausted, sleep: let the commit that
- * brings the count down to "own" wake it (C3).  Before the read, so that
- * one of the two sees the other.
- */
-void
-pgq_wait_floor_raise(const PgqGroupRef *group, int64 own)
-{
-	PgqGroupEntry *entry = entry_lock(group, false);
-
-	if (entry == NULL)
-		return;
-	SpinLockAcquire(&entry->mutex);
-	entry->wait_floor = Max(entry->wait_floor, own);
-	SpinLockRelease(&entry->mutex);
-	LWLockRelease(pgq_state->lock);
 }
 
 /*
@@ -1120,6 +1111,45 @@ pgq_claimed_get(const PgqGroupRef *group, bool scans, int64 *claimed)
 	known = !entry->unsure;
 	if (known)
 		*claimed = entry->claimed + (scans ? entry->scanning : 0);
+	SpinLockRelease(&entry->mutex);
+	LWLockRelease(pgq_state->lock);
+	return known;
+}
+
+/*
+ * pgq_claimed_get(group, true, claimed), for a waiting claim that holds
+ * "own" blocks of the group and, unless the group is exhausted, is about to
+ * sleep.  Under the same lock as the read, it raises the wait floor to
+ * "own", so that the commit that brings the count down to it wakes the
+ * claim, and if the count is over "own" only by what scans counted ahead,
+ * it has the scan that ends last wake the claim (C3).  Before the claim
+ * sleeps, so that either this sees the other side's change or the other
+ * side sees this one.
+ * (Relies on C1 and C2; keeps C3.)
+ */
+bool
+pgq_claimed_get_waiting(const PgqGroupRef *group, int64 own, int64 *claimed)
+{
+	PgqGroupEntry *entry;
+	PgqGroupKey key;
+	bool		known;
+
+	*claimed = 0;
+	if (!pgq_shmem_ready())
+		return false;
+	make_key(&key, group->dbid, group->group_id);
+	entry = entry_lock(group, false);
+	if (entry == NULL)
+		return uncounted_get(&key) == 0;
+	SpinLockAcquire(&entry->mutex);
+	entry->wait_floor = Max(entry->wait_floor, own);
+	if (entry->claimed <= own && entry->scanning > 0)
+		entry->wake_owed = true;
+	if (entry->unsure && uncounted_get(&key) == 0)
+		entry->unsure = false;
+	known = !entry->unsure;
+	if (known)
+		*claimed = entry->claimed + entry->scanning;
 	SpinLockRelease(&entry->mutex);
 	LWLockRelease(pgq_state->lock);
 	return known;

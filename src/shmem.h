@@ -38,7 +38,8 @@ extern void pgq_inflight_found(const PgqGroupRef *group, uint64 gen,
 							   int64 highest, uint64 epoch);
 extern void pgq_inflight_raise(Oid dbid, int64 group_id, int64 block_id);
 extern bool pgq_claimed_add(const PgqGroupRef *group, int64 delta);
-extern void pgq_wait_floor_raise(const PgqGroupRef *group, int64 own);
+extern bool pgq_claimed_get_waiting(const PgqGroupRef *group, int64 own,
+									int64 *claimed);
 extern void pgq_scan_count(const PgqGroupRef *group, int64 n);
 extern bool pgq_scan_end(const PgqGroupRef *group, int64 counted,
 						 int64 taken);

@@ -113,7 +113,8 @@ static int	maxinflight = 0;
 
 /*
  * A scan for pending blocks under way, from block "from" of the group: the
- * blocks it has taken so far are in no record yet.  Should it end in an
+ * blocks it has taken so far are in no record yet (except in advisory mode,
+ * which records each as it takes it).  Should it end in an
  * error, its (sub)transaction's abort lowers the hint to "from", as for the
  * blocks it recorded (invariant H1 in shmem.c): another claim may have moved
  * the hint past blocks that the abort makes pending again.  Once it finds a
@@ -348,9 +349,10 @@ pgq_xact_claiming_count(int n)
 
 /*
  * Count n blocks of the group as held (n < 0: no longer held): by the scan
- * under way, if it counted them ahead, when it ends; otherwise now.
+ * under way, if it counted them ahead, when it ends; otherwise now.  True
+ * if the group's waiting claims must look again (see pgq_claimed_add()).
  */
-void
+bool
 pgq_xact_count_claimed(const PgqGroupRef *group, int n)
 {
 	if (claiming.active && claiming.counting &&
@@ -359,9 +361,9 @@ pgq_xact_count_claimed(const PgqGroupRef *group, int n)
 	{
 		claiming.taken += n;
 		Assert(claiming.taken <= claiming.counted);
+		return false;
 	}
-	else
-		(void) pgq_claimed_add(group, n);
+	return pgq_claimed_add(group, n);
 }
 
 /* The scan ended, and what it took is recorded. */
@@ -384,6 +386,9 @@ claiming_abort(int level)
 	if (claiming.active && claiming.nest_level >= level)
 	{
 		pgq_hint_lower(&claiming.group, claiming.from);
+		/* blocks it took may be claimable again, with no record to say so */
+		if (claiming.counting)
+			claiming.stale = true;
 		claiming_end();
 		claiming.active = false;
 	}

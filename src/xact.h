@@ -37,7 +37,7 @@ extern void pgq_xact_remember_look(const PgqGroupRef *group);
 extern void pgq_xact_claiming(const PgqGroupRef *group, int64 from);
 extern void pgq_xact_claiming_count(int n);
 extern void pgq_xact_claiming_stale(void);
-extern void pgq_xact_count_claimed(const PgqGroupRef *group, int n);
+extern bool pgq_xact_count_claimed(const PgqGroupRef *group, int n);
 extern void pgq_xact_claiming_done(void);
 extern int64 pgq_xact_own_in_flight(int64 group_id);
 
