@@ -145,7 +145,8 @@ class Worker:
                         "CREATE TABLE IF NOT EXISTS processed_logs"
                         " (file text PRIMARY KEY, lines int)")
                 except (psycopg.errors.UniqueViolation,
-                        psycopg.errors.DuplicateTable):
+                        psycopg.errors.DuplicateTable,
+                        psycopg.errors.DuplicateObject):
                     pass   # another worker created it at the same moment
                 return self.loop()
             except psycopg.Error as e:
