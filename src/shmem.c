@@ -1083,16 +1083,13 @@ pgq_scan_end(const PgqGroupRef *group, int64 counted, int64 taken)
 }
 
 /*
- * Blocks of the group held by open transactions and sessions, and with
- * "scans", the most that scans under way may take too: what tells whether
- * any but one's own may come back (C1), where the held ones alone are what
- * the statistics show.  False when that is not known: pgq is not preloaded,
- * or the table overflowed and this group may be one that got no entry, or
- * its entry may count too few (C2).
- * (Relies on C1 and C2.)
+ * Read the count of the group's entry: blocks held, and with "scans" what
+ * scans under way counted ahead.  With own >= 0 the reader is a waiting
+ * claim that holds "own" blocks of the group, for which C3 is kept under
+ * the same lock.  False when the count is not known (C2).
  */
-bool
-pgq_claimed_get(const PgqGroupRef *group, bool scans, int64 *claimed)
+static bool
+claimed_read(const PgqGroupRef *group, bool scans, int64 own, int64 *claimed)
 {
 	PgqGroupEntry *entry;
 	PgqGroupKey key;
@@ -1106,6 +1103,12 @@ pgq_claimed_get(const PgqGroupRef *group, bool scans, int64 *claimed)
 	if (entry == NULL)
 		return uncounted_get(&key) == 0;
 	SpinLockAcquire(&entry->mutex);
+	if (own >= 0)
+	{
+		entry->wait_floor = Max(entry->wait_floor, own);
+		if (entry->claimed <= own && entry->scanning > 0)
+			entry->wake_owed = true;
+	}
 	if (entry->unsure && uncounted_get(&key) == 0)
 		entry->unsure = false;
 	known = !entry->unsure;
@@ -1114,6 +1117,21 @@ pgq_claimed_get(const PgqGroupRef *group, bool scans, int64 *claimed)
 	SpinLockRelease(&entry->mutex);
 	LWLockRelease(pgq_state->lock);
 	return known;
+}
+
+/*
+ * Blocks of the group held by open transactions and sessions, and with
+ * "scans", the most that scans under way may take too: what tells whether
+ * any but one's own may come back (C1), where the held ones alone are what
+ * the statistics show.  False when that is not known: pgq is not preloaded,
+ * or the table overflowed and this group may be one that got no entry, or
+ * its entry may count too few (C2).
+ * (Relies on C1 and C2.)
+ */
+bool
+pgq_claimed_get(const PgqGroupRef *group, bool scans, int64 *claimed)
+{
+	return claimed_read(group, scans, -1, claimed);
 }
 
 /*
@@ -1130,29 +1148,7 @@ pgq_claimed_get(const PgqGroupRef *group, bool scans, int64 *claimed)
 bool
 pgq_claimed_get_waiting(const PgqGroupRef *group, int64 own, int64 *claimed)
 {
-	PgqGroupEntry *entry;
-	PgqGroupKey key;
-	bool		known;
-
-	*claimed = 0;
-	if (!pgq_shmem_ready())
-		return false;
-	make_key(&key, group->dbid, group->group_id);
-	entry = entry_lock(group, false);
-	if (entry == NULL)
-		return uncounted_get(&key) == 0;
-	SpinLockAcquire(&entry->mutex);
-	entry->wait_floor = Max(entry->wait_floor, own);
-	if (entry->claimed <= own && entry->scanning > 0)
-		entry->wake_owed = true;
-	if (entry->unsure && uncounted_get(&key) == 0)
-		entry->unsure = false;
-	known = !entry->unsure;
-	if (known)
-		*claimed = entry->claimed + entry->scanning;
-	SpinLockRelease(&entry->mutex);
-	LWLockRelease(pgq_state->lock);
-	return known;
+	return claimed_read(group, true, own, claimed);
 }
 
 /*
