@@ -608,21 +608,37 @@ pgq_claim(PG_FUNCTION_ARGS)
 	pgq_leave(&scope);
 
 	for (int i = 0; i < nblocks; i++)
-	{
-		Datum		values[6];
-		bool		nulls[6];
-
-		values[0] = Int64GetDatum(blocks[i].id);
-		values[1] = Int32GetDatum(blocks[i].attempt);
-		values[2] = blocks[i].ids;
-		values[3] = blocks[i].payload;
-		values[4] = blocks[i].data;
-		values[5] = blocks[i].key;
-		for (int c = 0; c < 6; c++)
-			nulls[c] = c >= 2 && values[c] == (Datum) 0;
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-	}
+		pgq_claimed_put(rsinfo, &blocks[i], NULL);
 	return (Datum) 0;
+}
+
+/*
+ * Return a claimed block or item as a row of pgq.claimed, or with the name
+ * of its group, "group_name", as a row of pgq.claimed_from.  Absent columns
+ * (ids of an item, payload of a block) are NULL.
+ */
+void
+pgq_claimed_put(ReturnSetInfo *rsinfo, const PgqClaimed *block,
+				const char *group_name)
+{
+	Datum		values[7];
+	bool		nulls[7];
+
+	values[0] = Int64GetDatum(block->id);
+	values[1] = Int32GetDatum(block->attempt);
+	values[2] = block->ids;
+	values[3] = block->payload;
+	values[4] = block->data;
+	values[5] = block->key;
+	for (int c = 0; c < 6; c++)
+		nulls[c] = c >= 2 && values[c] == (Datum) 0;
+	if (group_name != NULL)
+	{
+		values[6] = CStringGetTextDatum(group_name);
+		nulls[6] = false;
+	}
+	Assert(rsinfo->setDesc->natts == (group_name != NULL ? 7 : 6));
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 }
 
 /*

@@ -11,6 +11,8 @@
 #ifndef PGQ_CLAIM_H
 #define PGQ_CLAIM_H
 
+#include "nodes/execnodes.h"
+
 #include "pgq.h"
 
 /*
@@ -44,5 +46,7 @@ extern int	pgq_claim_attempt_apart(PgqGroup *group, int max_blocks,
 									PgqClaimed *blocks,
 									MemoryContext resultcxt);
 extern void pgq_claim_complete_first(FunctionCallInfo fcinfo);
+extern void pgq_claimed_put(ReturnSetInfo *rsinfo, const PgqClaimed *block,
+							const char *group_name);
 
 #endif							/* PGQ_CLAIM_H */

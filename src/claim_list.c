@@ -542,20 +542,6 @@ pgq_claim_list(PG_FUNCTION_ARGS)
 	pgq_leave(&scope);
 
 	for (int i = 0; i < nblocks; i++)
-	{
-		Datum		values[7];
-		bool		nulls[7];
-
-		values[0] = Int64GetDatum(blocks[i].id);
-		values[1] = Int32GetDatum(blocks[i].attempt);
-		values[2] = blocks[i].ids;
-		values[3] = blocks[i].payload;
-		values[4] = blocks[i].data;
-		values[5] = blocks[i].key;
-		values[6] = CStringGetTextDatum(groups[from[i]].group.name);
-		for (int c = 0; c < 7; c++)
-			nulls[c] = c >= 2 && values[c] == (Datum) 0;
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-	}
+		pgq_claimed_put(rsinfo, &blocks[i], groups[from[i]].group.name);
 	return (Datum) 0;
 }
