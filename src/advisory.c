@@ -596,7 +596,6 @@ take_block(const PgqGroup *group, int64 block_id, PgqBlockScan *found,
 		pgq_advisory_locks_give(budget_role);
 		return false;
 	}
-	PGQ_INJECTION_POINT("pgq-advisory-scan-locked");
 
 	/*
 	 * Remember the lock before the check, which may fail: the abort then
@@ -604,6 +603,7 @@ take_block(const PgqGroup *group, int64 block_id, PgqBlockScan *found,
 	 */
 	remember_held(&group->ref, block_id);
 	pgq_xact_remember_advisory(&group->ref, block_id);
+	PGQ_INJECTION_POINT("pgq-advisory-scan-locked");
 	if (verify_locked(group, block_id, found, block, cxt))
 		return true;
 	forget_held(find_held(block_id), false);
@@ -683,14 +683,14 @@ lock_candidates(const PgqGroup *group, PgqBlockScan *scan, int limit,
 												&isnull));
 		reserve_held();
 		pgq_xact_reserve(1);
+		pgq_xact_claiming_count(limit - n);
+		PGQ_INJECTION_POINT("pgq-advisory-scan-counted");
 		if (!may_lock_more(taken + n))
 		{
 			*stop = true;
 			break;
 		}
 		*last = block_id;
-		pgq_xact_claiming_count(limit - n);
-		PGQ_INJECTION_POINT("pgq-advisory-scan-counted");
 		if (take_block(group, block_id, scan, &blocks[n], cxt))
 			n++;
 	}

@@ -95,17 +95,11 @@ typedef struct PgqGroupKey
  *		as C2 says).  A scan for pending blocks adds the most it may take
  *		to "scanning" when it finds its first candidate, and when it ends
  *		takes that back and adds what it took to "claimed"
- *		(pgq_xact_claiming_count()).  Due blocks and queue items are
- *		counted right after they are taken: their rows keep waiting claims
- *		from taking the group for exhausted (a deadline; queues never are).
- *	C3	A commit that brings "claimed" down to "wait_floor" wakes the
- *		group's waiting claims (advisory mode's releases and completions
- *		wake them whatever the count): "wait_floor" is at
- *		least what any waiting claim holds of the group itself (0 for most),
- *		raised before the claim reads the count, and set back to 0 by the
- *		wake.  If "scanning" is not 0 then, the waiting claims that the
- *		scans' counts keep asleep are owed a wake: the scan that brings
- *		"scanning" to 0 gives it ("wake_owed").
+ *		(pgq_xact_claiming_count()); advisory mode's due blocks and
+ *		pgq.relock take one block as such a scan.  Lease mode's due blocks
+ *		and queue items are counted right after they are taken: their rows
+ *		keep waiting claims from taking the group for exhausted (a
+ *		deadline; queues never are).
  *	C2	Claims made while their group had no entry (the table was full)
  *		are counted in the group's slot of "uncounted" instead, and an
  *		entry made for the group later may be given them back when they
