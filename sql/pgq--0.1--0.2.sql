@@ -624,66 +624,6 @@ COMMENT ON FUNCTION pgq.set_retention(text, pgq.retention_interval,
                                       pgq.retention_interval) IS
 'change how long a queue keeps finished items and their keys; for its owner';
 
--- done and dead count the items that have their payloads; kept_keys those
--- past retention that keep only their keys.  retention and key_retention
--- are the queue's own settings (NULL: pgq.retention).
-CREATE OR REPLACE VIEW pgq.queue_stats WITH (security_barrier) AS
-SELECT g.group_name AS queue_name,
-       g.mode,
-       count(i.item_id) FILTER (WHERE i.state = 'p'
-                                   OR (i.state IN ('c', 'r')
-                                       AND i.due_at <= now())) AS pending,
-       count(i.item_id) FILTER (WHERE i.state = 'r' AND i.due_at > now())
-           AS scheduled,
-       count(i.item_id) FILTER (WHERE i.state = 'c' AND i.due_at > now())
-           AS running,
-       count(i.item_id) FILTER (WHERE i.state = 'd'
-                                  AND (i.payload IS NOT NULL
-                                       OR i.data IS NOT NULL)) AS done,
-       count(i.item_id) FILTER (WHERE i.state = 'f'
-                                  AND (i.payload IS NOT NULL
-                                       OR i.data IS NOT NULL)) AS dead,
-       now() - min(CASE WHEN i.state = 'p' THEN i.enqueued_at
-                        WHEN i.state IN ('c', 'r') AND i.due_at <= now()
-                        THEN greatest(i.enqueued_at, i.due_at)
-                   END) AS oldest_pending_age,
-       g.lease,
-       g.max_attempts,
-       g.backoff,
-       g.max_backoff,
-       g.owner,
-       g.created_at,
-       g.paused,
-       count(i.item_id) FILTER (WHERE i.state IN ('d', 'f')
-                                  AND i.payload IS NULL
-                                  AND i.data IS NULL) AS kept_keys,
-       g.retention,
-       g.key_retention
-FROM pgq.groups g
-LEFT JOIN pgq.items i ON i.group_id = g.group_id
-WHERE g.kind = 'queue'
-  AND pgq.may_see(g.owner, g.consumers, g.producers)
-GROUP BY g.group_id;
-
--- Items past retention have nothing left to look at: dead_items lists the
--- dead-lettered items that still have their payloads and errors.
-CREATE OR REPLACE VIEW pgq.dead_items WITH (security_barrier) AS
-SELECT g.group_name AS queue_name,
-       i.item_id,
-       i.key,
-       i.attempt,
-       i.last_error,
-       i.errors,
-       i.payload,
-       i.enqueued_at,
-       i.finished_at AS failed_at,
-       pg_catalog.decode(i.errors -> (-1) ->> 'data', 'base64')
-           AS last_error_data
-FROM pgq.items i
-JOIN pgq.groups g ON g.group_id = i.group_id
-WHERE i.state = 'f'
-  AND (i.payload IS NOT NULL OR i.data IS NOT NULL)
-  AND pgq.may_see(g.owner, g.consumers, g.producers);
 -- pgq.claim over a list of groups: a worker that serves several queues (one
 -- per tenant, say) claims from all of them in one call, and waits on all of
 -- them at once, instead of polling each.  The rows are those of the
@@ -754,8 +694,13 @@ LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION pgq.enqueue_many(text, jsonb[], text[], integer, timestamptz, bytea[], text[]) IS
 'add many items to a queue in one call; returns their ids in the order given';
 
--- Items waiting behind the head of their ordering key count as waiting,
--- not pending; dead items show their ordering key.
+-- queue_stats: done and dead count the items that have their payloads,
+-- kept_keys those past retention that keep only their keys, and retention
+-- and key_retention are the queue's own settings (NULL: pgq.retention);
+-- items waiting behind the head of their ordering key count as waiting,
+-- not pending.  dead_items lists the dead-lettered items that still have
+-- their payloads and errors (past retention there is nothing left to look
+-- at), with their ordering keys.
 CREATE OR REPLACE VIEW pgq.queue_stats WITH (security_barrier) AS
 SELECT g.group_name AS queue_name,
        g.mode,
