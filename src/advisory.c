@@ -607,7 +607,6 @@ take_block(const PgqGroup *group, int64 block_id, PgqBlockScan *found,
 	if (verify_locked(group, block_id, found, block, cxt))
 		return true;
 	forget_held(find_held(block_id), false);
-	pgq_xact_claiming_stale();
 	return false;
 }
 
@@ -812,10 +811,8 @@ pgq_advisory_claim(const PgqGroup *group, int max_blocks,
 		pgq_xact_claiming(&group->ref, hint);
 		n += lock_pending(group, hint, max_blocks - n, n, blocks + n, cxt,
 						  &last);
-		if (last > 0)
-			pgq_hint_advance(&group->ref, gen, last + 1);
 		/* ended, so that the count that decides a full scan is of holders */
-		pgq_xact_claiming_done();
+		pgq_xact_claiming_done_advance(gen, last > 0 ? last + 1 : 0);
 		if (n < max_blocks && hint > 0 && nheld < pgq_max_locks_per_session &&
 			pgq_full_scan_due(&group->ref, pgq_advisory_held_in_group(&group->ref)))
 		{

@@ -124,8 +124,6 @@ lock_and_delete(const PgqGroupRef *group, int64 from, int limit,
 										scan.snapshot, InvalidSnapshot, false,
 										&tmfd, false);
 			PGQ_INJECTION_POINT("pgq-claim-scan-tried");
-			if (result == TM_Updated || result == TM_Deleted)
-				pgq_xact_claiming_stale();	/* consumed */
 			if (result != TM_Ok)
 				continue;		/* claimed by another, or consumed */
 
@@ -176,11 +174,13 @@ transaction_claim(const PgqGroupRef *group, int max_blocks,
 	pgq_xact_claiming(group, hint);
 	first = lock_and_delete(group, hint, max_blocks, blocks, &nblocks,
 							resultcxt);
-	/* everything below the last block claimed is consumed or held */
-	if (first > 0)
-		pgq_hint_advance(group, gen, blocks[first - 1].id + 1);
-	/* ended, so that the count that decides a full scan is of holders */
-	pgq_xact_claiming_done();
+	/*
+	 * Everything below the last block claimed is consumed or held.  The
+	 * scan ends here, so that the count that decides a full scan is of
+	 * holders.
+	 */
+	pgq_xact_claiming_done_advance(gen,
+								   first > 0 ? blocks[first - 1].id + 1 : 0);
 
 	if (nblocks < max_blocks && hint > 0 &&
 		pgq_full_scan_due(group, pgq_xact_own_in_flight(group->group_id)))

@@ -649,7 +649,6 @@ typedef struct BlockWriter
 	TupleTableSlot *newslot;
 	CommandId	cid;
 	bool		fenced;			/* pgq.blocks has tries and epoch (0.2) */
-	TM_Result	locked;			/* what the last writer_lock() got */
 } BlockWriter;
 
 /*
@@ -702,11 +701,9 @@ writer_lock(BlockWriter *w)
 	TupleTableSlot *old = w->scan.slot;
 	TM_FailureData tmfd;
 
-	w->locked = table_tuple_lock(w->scan.heap, &old->tts_tid,
-								 w->scan.snapshot, old, w->cid,
-								 LockTupleNoKeyExclusive, LockWaitSkip, 0,
-								 &tmfd);
-	if (w->locked != TM_Ok)
+	if (table_tuple_lock(w->scan.heap, &old->tts_tid, w->scan.snapshot, old,
+						 w->cid, LockTupleNoKeyExclusive, LockWaitSkip, 0,
+						 &tmfd) != TM_Ok)
 		return false;
 	slot_getallattrs(old);
 	return true;
@@ -937,11 +934,7 @@ claim_pending(const PgqGroup *group, int64 from, int limit,
 				continue;
 			pgq_xact_claiming_count(limit - n);
 			if (!writer_lock(&w))
-			{
-				if (w.locked == TM_Updated || w.locked == TM_Deleted)
-					pgq_xact_claiming_stale();
 				continue;
-			}
 			writer_claim(&w, until, &blocks[n++], cxt);
 			PGQ_INJECTION_POINT("pgq-lease-scan-taken");
 		}
@@ -984,10 +977,9 @@ pgq_lease_claim(const PgqGroup *group, int max_blocks, PgqClaimed *blocks,
 		pgq_xact_claiming(&group->ref, hint);
 		got = claim_pending(group, hint, max_blocks - n, until, blocks + n, cxt);
 		pgq_xact_remember_lease(&group->ref, blocks + n, got, until);
-		if (got > 0)
-			pgq_hint_advance(&group->ref, gen, blocks[n + got - 1].id + 1);
+		pgq_xact_claiming_done_advance(gen, got > 0 ?
+									   blocks[n + got - 1].id + 1 : 0);
 		n += got;
-		pgq_xact_claiming_done();
 
 		/*
 		 * Committed leases are rows, not in the shared claimed count: look

@@ -1035,13 +1035,17 @@ pgq_scan_count(const PgqGroupRef *group, int64 n)
 /*
  * A scan that counted "counted" with pgq_scan_count() ended, holding "taken"
  * blocks, which its records give back when they end: they move to
- * "claimed", and the rest leaves the count.  Returns true if the waiting
- * claims are owed a wake (C3).  Safe in transaction callbacks: it allocates
- * nothing and cannot fail.
- * (Keeps C1, C2 and C3.)
+ * "claimed", and the rest leaves the count.  With "next" > 0, the scan,
+ * which started from the hint of generation "gen", also found every block
+ * below "next" consumed or held: the hint moves there as
+ * pgq_hint_advance() would move it, in the same visit to the entry.
+ * Returns true if the waiting claims are owed a wake (C3).  Safe in
+ * transaction callbacks: it allocates nothing and cannot fail.
+ * (Keeps C1, C2, C3 and H2.)
  */
 bool
-pgq_scan_end(const PgqGroupRef *group, int64 counted, int64 taken)
+pgq_scan_end(const PgqGroupRef *group, int64 counted, int64 taken,
+			 uint64 gen, int64 next)
 {
 	PgqGroupEntry *entry;
 	PgqGroupKey key;
@@ -1062,6 +1066,8 @@ pgq_scan_end(const PgqGroupRef *group, int64 counted, int64 taken)
 	scanning = entry->scanning - counted;
 	entry->scanning = Max(scanning, 0);
 	entry->claimed += taken;
+	if (next > 0 && entry->gen == gen && entry->hint < next)
+		entry->hint = next;
 	if (entry->scanning == 0 && entry->wake_owed)
 	{
 		entry->wake_owed = false;

@@ -42,7 +42,7 @@ extern bool pgq_claimed_get_waiting(const PgqGroupRef *group, int64 own,
 									int64 *claimed);
 extern void pgq_scan_count(const PgqGroupRef *group, int64 n);
 extern bool pgq_scan_end(const PgqGroupRef *group, int64 counted,
-						 int64 taken);
+						 int64 taken, uint64 gen, int64 next);
 extern bool pgq_claimed_get(const PgqGroupRef *group, bool scans,
 							int64 *claimed);
 extern void pgq_group_forget(Oid dbid, int64 group_id);

@@ -125,7 +125,6 @@ static struct
 {
 	bool		active;
 	bool		counting;		/* "counted" is in the shared count */
-	bool		stale;			/* passed over a block changed since */
 	PgqGroupRef group;
 	int64		from;
 	int64		counted;		/* the most it may take */
@@ -273,27 +272,30 @@ pgq_xact_remember_drop(const PgqGroupRef *group)
 /*
  * End the scan under way: what it took moves to the shared count of blocks
  * held, which its records give back when they end, and the rest of what it
- * counted leaves the count.  Waiting claims that the scan's count kept
- * asleep are woken when they are owed it (invariant C3 in shmem.c: a holder
- * let go meanwhile).  So is every waiting claim if the scan passed over a
- * block committed since its snapshot, whose holder woke them before this
- * scan's count could keep them asleep.  (Not at every end: a waiting
- * claim's own scan would wake it again and again while a block that it
- * cannot take is held, by a row lock taken by hand say.)  Safe in
- * transaction callbacks: it allocates nothing and cannot fail.
+ * counted leaves the count; with "next" > 0 the hint of generation "gen"
+ * moves to "next" in the same visit (see pgq_scan_end()).  Waiting claims
+ * that the scan's count kept asleep are woken when they are owed it
+ * (invariant C3 in shmem.c): a waiting claim marks the debt when the count
+ * it reads is over what it holds only by scans, and so does a holder that
+ * lets go meanwhile.  (Not at every end: a waiting claim's own scan would
+ * wake it again and again while a block that it cannot take is held, by a
+ * row lock taken by hand say; nor at every block the scan passed over that
+ * a transaction committed since its snapshot: that transaction woke the
+ * waiters, and any that looked since marked the debt.)  Safe in transaction
+ * callbacks: it allocates nothing and cannot fail.
  */
 static void
-claiming_end(void)
+claiming_end(uint64 gen, int64 next)
 {
-	bool		wake = claiming.stale;
-
-	if (claiming.counting &&
-		pgq_scan_end(&claiming.group, claiming.counted, claiming.taken))
-		wake = true;
-	if (wake)
-		pgq_wake_group(&claiming.group);
+	if (claiming.counting)
+	{
+		if (pgq_scan_end(&claiming.group, claiming.counted, claiming.taken,
+						 gen, next))
+			pgq_wake_group(&claiming.group);
+	}
+	else if (next > 0)
+		pgq_hint_advance(&claiming.group, gen, next);
 	claiming.counting = false;
-	claiming.stale = false;
 	claiming.counted = 0;
 	claiming.taken = 0;
 }
@@ -303,26 +305,14 @@ void
 pgq_xact_claiming(const PgqGroupRef *group, int64 from)
 {
 	if (claiming.active)
-		claiming_end();
+		claiming_end(0, 0);
 	claiming.group = *group;
 	claiming.from = from;
 	claiming.nest_level = GetCurrentTransactionNestLevel();
 	claiming.counting = false;
-	claiming.stale = false;
 	claiming.counted = 0;
 	claiming.taken = 0;
 	claiming.active = true;
-}
-
-/*
- * The scan under way passed over a block that a transaction committed since
- * the scan's snapshot: see claiming_end().
- */
-void
-pgq_xact_claiming_stale(void)
-{
-	if (claiming.active)
-		claiming.stale = true;
 }
 
 /*
@@ -370,7 +360,20 @@ pgq_xact_count_claimed(const PgqGroupRef *group, int n)
 void
 pgq_xact_claiming_done(void)
 {
-	claiming_end();
+	claiming_end(0, 0);
+	claiming.active = false;
+}
+
+/*
+ * The scan ended, and what it took is recorded; it began from the hint of
+ * generation "gen" and found every block below "next" consumed or held.
+ * The hint moves there (pgq_hint_advance()) in the same visit to shared
+ * memory as the scan's count ends: one visit fewer per claim.
+ */
+void
+pgq_xact_claiming_done_advance(uint64 gen, int64 next)
+{
+	claiming_end(gen, next);
 	claiming.active = false;
 }
 
@@ -386,10 +389,7 @@ claiming_abort(int level)
 	if (claiming.active && claiming.nest_level >= level)
 	{
 		pgq_hint_lower(&claiming.group, claiming.from);
-		/* blocks it took may be claimable again, with no record to say so */
-		if (claiming.counting)
-			claiming.stale = true;
-		claiming_end();
+		claiming_end(0, 0);
 		claiming.active = false;
 	}
 }
@@ -850,7 +850,7 @@ pgq_xact_callback(XactEvent event, void *arg)
 			/* every scan ends before its statement does */
 			Assert(!claiming.active);
 			if (claiming.active)
-				claiming_end();
+				claiming_end(0, 0);
 			/* before the waiters wake, so that their claims look again */
 			publish_inflight();
 			settle_claims(0, false);
@@ -870,7 +870,6 @@ pgq_xact_callback(XactEvent event, void *arg)
 	/* TopTransactionContext is about to go away, and the records with it */
 	claiming.active = false;
 	claiming.counting = false;
-	claiming.stale = false;
 	inflight = NULL;
 	ninflight = 0;
 	maxinflight = 0;

@@ -36,9 +36,9 @@ extern int64 pgq_xact_own_hint(const PgqGroupRef *group, int64 hint);
 extern void pgq_xact_remember_look(const PgqGroupRef *group);
 extern void pgq_xact_claiming(const PgqGroupRef *group, int64 from);
 extern void pgq_xact_claiming_count(int n);
-extern void pgq_xact_claiming_stale(void);
 extern bool pgq_xact_count_claimed(const PgqGroupRef *group, int n);
 extern void pgq_xact_claiming_done(void);
+extern void pgq_xact_claiming_done_advance(uint64 gen, int64 next);
 extern int64 pgq_xact_own_in_flight(int64 group_id);
 
 #endif							/* PGQ_XACT_H */
