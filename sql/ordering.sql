@@ -50,6 +50,7 @@ SELECT * FROM ord_items('oq');
 SELECT pending, waiting, scheduled, running FROM pgq.queue_stats
 WHERE queue_name = 'oq';
 SELECT state FROM pgq.result(:a2);
+SELECT state FROM pgq.results('oq', ARRAY[:a2]::bigint[]);
 
 -- a claim takes the heads only, one per key
 SELECT block_id - :a1 AS rel, payload FROM pgq.claim('oq', 10) ORDER BY 1;

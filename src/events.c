@@ -51,6 +51,7 @@
 #include "events.h"
 #include "group.h"
 #include "privilege.h"
+#include "queue.h"
 #include "wait.h"
 
 /* InitMaterializedSRF() appeared in 15.1, after SetSingleFuncCall() in 15.0 */
@@ -101,26 +102,6 @@ static int	maxnoted_queues = 0;
 static Note *notes = NULL;
 static int	nnotes = 0;
 static int	maxnotes = 0;
-
-/* The name a user sees for an item's state, as queue.c gives it. */
-static const char *
-state_name(char state)
-{
-	switch (state)
-	{
-		case 'p':
-			return "pending";
-		case 'c':
-			return "running";
-		case 'r':
-			return "scheduled";
-		case 'd':
-			return "done";
-		case 'f':
-			return "dead";
-	}
-	return "unknown";
-}
 
 /* Relcache callback: pgq.groups changed (or everything did). */
 static void
@@ -889,7 +870,7 @@ pgq_results(PG_FUNCTION_ARGS)
 		nulls[0] = false;
 		if (asked[i].state != 0)
 		{
-			values[1] = CStringGetTextDatum(state_name(asked[i].state));
+			values[1] = CStringGetTextDatum(pgq_item_state_name(asked[i].state));
 			nulls[1] = false;
 			for (int c = 0; c < 5 && asked[i].captured; c++)
 			{

@@ -1571,8 +1571,8 @@ pgq_complete_many(PG_FUNCTION_ARGS)
 }
 
 /* The name a user sees for an item's state. */
-static const char *
-item_state_name(char state)
+const char *
+pgq_item_state_name(char state)
 {
 	switch (state)
 	{
@@ -1694,13 +1694,13 @@ retry_item(int64 item_id)
 						 errmsg("item " INT64_FORMAT " cannot be retried: its payload was dropped",
 								item_id),
 						 errdetail("The item is %s, and past its queue's retention: only its key is kept, until key_retention has passed.",
-								   item_state_name(state[0])),
+								   pgq_item_state_name(state[0])),
 						 errhint("Enqueue the work again under another key; see pgq.set_retention() to keep payloads longer.")));
 		}
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("item " INT64_FORMAT " is not done or dead-lettered", item_id),
-				 errdetail("The item is %s.", item_state_name(state[0])),
+				 errdetail("The item is %s.", pgq_item_state_name(state[0])),
 				 errhint("Only done and dead-lettered items can be retried.")));
 	}
 	pgq_announce_claimable(&group.ref, group.name);
@@ -1877,7 +1877,7 @@ pgq_result(PG_FUNCTION_ARGS)
 	}
 	SPI_finish();
 	pgq_leave(&scope);
-	values[0] = CStringGetTextDatum(item_state_name(state));
+	values[0] = CStringGetTextDatum(pgq_item_state_name(state));
 	nulls[0] = false;
 	result = heap_form_tuple(tupdesc, values, nulls);
 	PG_RETURN_DATUM(HeapTupleGetDatum(result));
@@ -1939,7 +1939,7 @@ pgq_item(PG_FUNCTION_ARGS)
 
 		for (int c = 0; c < 7; c++)
 			values[c] = SPI_getbinval(row, rowdesc, c + 1, &nulls[c]);
-		values[1] = CStringGetTextDatum(item_state_name(DatumGetChar(values[1])));
+		values[1] = CStringGetTextDatum(pgq_item_state_name(DatumGetChar(values[1])));
 		/* the tuplestore copies the row into its own memory */
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}

@@ -26,4 +26,6 @@ extern bool pgq_queue_fail(const PgqGroup *group, int64 item_id,
 extern bool pgq_queue_extend(const PgqGroup *group, int64 item_id,
 							 int32 attempt, Interval *lease);
 
+extern const char *pgq_item_state_name(char state);
+
 #endif							/* PGQ_QUEUE_H */
