@@ -498,25 +498,8 @@ pgq_claim(PG_FUNCTION_ARGS)
 	pgq_check_arg_not_null(fcinfo, 0, "group_name");
 	pgq_check_arg_not_null(fcinfo, 1, "max_blocks");
 	name = PG_GETARG_TEXT_PP(0);
-	max_blocks = PG_GETARG_INT32(1);
 	pgq_check_name(name);
-	if (max_blocks < 1 || max_blocks > PGQ_MAX_CLAIM_BLOCKS)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("max_blocks must be between 1 and %d", PGQ_MAX_CLAIM_BLOCKS),
-				 errdetail("The value given is %d.", max_blocks)));
-	if (!PG_ARGISNULL(2))
-		deadline = pgq_wait_deadline(PG_GETARG_INTERVAL_P(2));
-	if (RecoveryInProgress())
-		ereport(ERROR,
-				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
-				 errmsg("cannot claim blocks during recovery"),
-				 errhint("Claims are made on the primary.")));
-	if (PG_NARGS() >= 6 && PG_ARGISNULL(4) && !PG_ARGISNULL(5))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("attempt is only used with complete"),
-				 errhint("Pass the block to complete as complete => block_id, with the attempt its claim returned.")));
+	pgq_claim_check_args(fcinfo, &max_blocks, &deadline);
 
 	InitMaterializedSRF(fcinfo, 0);
 	resultcxt = rsinfo->econtext->ecxt_per_query_memory;
@@ -610,6 +593,35 @@ pgq_claim(PG_FUNCTION_ARGS)
 	for (int i = 0; i < nblocks; i++)
 		pgq_claimed_put(rsinfo, &blocks[i], NULL);
 	return (Datum) 0;
+}
+
+/*
+ * Check the arguments that both forms of pgq.claim() share (max_blocks,
+ * wait, complete and attempt), and that claims may be made here: into
+ * *max_blocks and *deadline (left as it is without a wait).
+ */
+void
+pgq_claim_check_args(FunctionCallInfo fcinfo, int *max_blocks,
+					 TimestampTz *deadline)
+{
+	*max_blocks = PG_GETARG_INT32(1);
+	if (*max_blocks < 1 || *max_blocks > PGQ_MAX_CLAIM_BLOCKS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("max_blocks must be between 1 and %d", PGQ_MAX_CLAIM_BLOCKS),
+				 errdetail("The value given is %d.", *max_blocks)));
+	if (!PG_ARGISNULL(2))
+		*deadline = pgq_wait_deadline(PG_GETARG_INTERVAL_P(2));
+	if (RecoveryInProgress())
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("cannot claim blocks during recovery"),
+				 errhint("Claims are made on the primary.")));
+	if (PG_NARGS() >= 6 && PG_ARGISNULL(4) && !PG_ARGISNULL(5))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("attempt is only used with complete"),
+				 errhint("Pass the block to complete as complete => block_id, with the attempt its claim returned.")));
 }
 
 /*

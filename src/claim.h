@@ -46,6 +46,8 @@ extern int	pgq_claim_attempt_apart(PgqGroup *group, int max_blocks,
 									PgqClaimed *blocks,
 									MemoryContext resultcxt);
 extern void pgq_claim_complete_first(FunctionCallInfo fcinfo);
+extern void pgq_claim_check_args(FunctionCallInfo fcinfo, int *max_blocks,
+								 TimestampTz *deadline);
 extern void pgq_claimed_put(ReturnSetInfo *rsinfo, const PgqClaimed *block,
 							const char *group_name);
 

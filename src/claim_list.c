@@ -422,24 +422,7 @@ pgq_claim_list(PG_FUNCTION_ARGS)
 
 	n = read_names(fcinfo, &names);
 	pgq_check_arg_not_null(fcinfo, 1, "max_blocks");
-	max_blocks = PG_GETARG_INT32(1);
-	if (max_blocks < 1 || max_blocks > PGQ_MAX_CLAIM_BLOCKS)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("max_blocks must be between 1 and %d", PGQ_MAX_CLAIM_BLOCKS),
-				 errdetail("The value given is %d.", max_blocks)));
-	if (!PG_ARGISNULL(2))
-		deadline = pgq_wait_deadline(PG_GETARG_INTERVAL_P(2));
-	if (RecoveryInProgress())
-		ereport(ERROR,
-				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
-				 errmsg("cannot claim blocks during recovery"),
-				 errhint("Claims are made on the primary.")));
-	if (PG_ARGISNULL(4) && !PG_ARGISNULL(5))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("attempt is only used with complete"),
-				 errhint("Pass the block to complete as complete => block_id, with the attempt its claim returned.")));
+	pgq_claim_check_args(fcinfo, &max_blocks, &deadline);
 
 	InitMaterializedSRF(fcinfo, 0);
 	resultcxt = rsinfo->econtext->ecxt_per_query_memory;
