@@ -110,6 +110,9 @@ refuse_mode(const char *function, const PgqGroup *group, const char *hint)
 {
 	ereport(ERROR,
 			(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+			 group->kind == PGQ_KIND_QUEUE ?
+			 errmsg("%s does not apply to items of %s-mode queues",
+					function, pgq_mode_name(group->mode)) :
 			 errmsg("%s does not apply to blocks of %s-mode groups",
 					function, pgq_mode_name(group->mode)),
 			 errhint("%s", hint)));
