@@ -698,18 +698,23 @@ COMMENT ON FUNCTION pgq.enqueue_many(text, jsonb[], text[], integer, timestamptz
 -- kept_keys those past retention that keep only their keys, and retention
 -- and key_retention are the queue's own settings (NULL: pgq.retention);
 -- items waiting behind the head of their ordering key count as waiting,
--- not pending.  dead_items lists the dead-lettered items that still have
+-- not pending.  In advisory mode a claim writes nothing: the items whose
+-- advisory locks are held (read from pg_locks, as group_stats does) count
+-- as running.  dead_items lists the dead-lettered items that still have
 -- their payloads and errors (past retention there is nothing left to look
 -- at), with their ordering keys.
 CREATE OR REPLACE VIEW pgq.queue_stats WITH (security_barrier) AS
 SELECT g.group_name AS queue_name,
        g.mode,
-       count(i.item_id) FILTER (WHERE i.state = 'p'
-                                   OR (i.state IN ('c', 'r')
-                                       AND i.due_at <= now())) AS pending,
-       count(i.item_id) FILTER (WHERE i.state = 'r' AND i.due_at > now())
+       count(i.item_id) FILTER (WHERE (i.state = 'p'
+                                       OR (i.state IN ('c', 'r')
+                                           AND i.due_at <= now()))
+                                  AND h.id IS NULL) AS pending,
+       count(i.item_id) FILTER (WHERE i.state = 'r' AND i.due_at > now()
+                                  AND h.id IS NULL)
            AS scheduled,
-       count(i.item_id) FILTER (WHERE i.state = 'c' AND i.due_at > now())
+       count(i.item_id) FILTER (WHERE (i.state = 'c' AND i.due_at > now())
+                                   OR h.id IS NOT NULL)
            AS running,
        count(i.item_id) FILTER (WHERE i.state = 'd'
                                   AND (i.payload IS NOT NULL
@@ -736,6 +741,15 @@ SELECT g.group_name AS queue_name,
        count(i.item_id) FILTER (WHERE i.state = 'w') AS waiting
 FROM pgq.groups g
 LEFT JOIN pgq.items i ON i.group_id = g.group_id
+LEFT JOIN (SELECT l.classid::bigint << 32 | l.objid::bigint AS id
+           FROM pg_catalog.pg_locks l
+           WHERE l.locktype = 'advisory' AND l.granted
+             AND l.objsubid = 4096 + (SELECT e.oid::bigint % 8192
+                                      FROM pg_catalog.pg_extension e
+                                      WHERE e.extname = 'pgq')
+             AND l.database = (SELECT oid FROM pg_catalog.pg_database
+                               WHERE datname = pg_catalog.current_database())) h
+       ON g.mode = 'advisory' AND i.state IN ('p', 'r') AND h.id = i.item_id
 WHERE g.kind = 'queue'
   AND pgq.may_see(g.owner, g.consumers, g.producers)
 GROUP BY g.group_id;

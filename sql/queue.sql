@@ -149,7 +149,6 @@ SELECT count(*) AS before FROM pgq.items \gset
 SELECT sql, try(sql) FROM (VALUES
     ($$SELECT pgq.create_queue(NULL)$$),
     ($$SELECT pgq.create_queue('')$$),
-    ($$SELECT pgq.create_queue('q2', mode => 'advisory')$$),
     ($$SELECT pgq.create_queue('q2', mode => 'nope')$$),
     ($$SELECT pgq.create_queue('q2', lease => '0')$$),
     ($$SELECT pgq.create_queue('q2', max_attempts => 0)$$),

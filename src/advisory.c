@@ -30,6 +30,7 @@
  */
 #include "postgres.h"
 
+#include "access/stratnum.h"
 #include "access/twophase.h"
 #include "access/xact.h"
 #include "catalog/namespace.h"
@@ -41,9 +42,11 @@
 #include "storage/lock.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/timestamp.h"
 
 #include "pgq.h"
 #include "advisory.h"
@@ -83,11 +86,12 @@
 /* Candidate blocks read per scan step. */
 #define PGQ_ADVISORY_BATCH	16
 
-/* A block lock this session holds. */
+/* A block lock this session holds, or an item lock (of a queue). */
 typedef struct HeldBlock
 {
-	int64		block_id;
+	int64		block_id;		/* the block's id, or the item's */
 	PgqGroupRef group;
+	bool		item;			/* an item of a queue, not a block */
 	uint16		installation;	/* of the lock's tag */
 	Oid			role;			/* its lock is counted for this role */
 } HeldBlock;
@@ -309,7 +313,7 @@ forget_held(int i, bool back)
 	pgq_advisory_locks_give(block.role);
 
 	/* the hint after the unlock, the claimed count after the hint */
-	if (back)
+	if (back && !block.item)
 		pgq_hint_lower(&block.group, block.block_id);
 	if (pgq_xact_count_claimed(&block.group, -1) || back)
 		pgq_wake_group(&block.group);
@@ -378,20 +382,21 @@ reserve_held(void)
 }
 
 /*
- * Add a block to the held list, and count it as claimed (out of what a scan
- * for pending blocks counted ahead, if it did); its lock is taken and counted
- * against the limits already.
+ * Add a block or item to the held list, and count it as claimed (out of what
+ * a scan for pending blocks counted ahead, if it did); its lock is taken and
+ * counted against the limits already.
  */
 static void
-remember_held(const PgqGroupRef *group, int64 block_id)
+remember_held(const PgqGroup *group, int64 block_id)
 {
 	Assert(nheld < maxheld && exit_callback_registered);
 	held[nheld].block_id = block_id;
-	held[nheld].group = *group;
+	held[nheld].group = group->ref;
+	held[nheld].item = group->kind == PGQ_KIND_QUEUE;
 	held[nheld].installation = installation;
 	held[nheld].role = budget_role;
 	nheld++;
-	pgq_xact_count_claimed(group, 1);
+	pgq_xact_count_claimed(&group->ref, 1);
 }
 
 /*
@@ -581,16 +586,90 @@ verify_locked(const PgqGroup *group, int64 block_id, PgqBlockScan *found,
 }
 
 /*
- * Lock a block, already counted against the limits, check that it is still
- * claimable, and hold it.  False, with the count given back, if another
- * session holds it or it is no longer claimable.  Should the transaction
- * abort, the claim is undone.  "found" is the scan positioned on the block,
- * if one found it (see verify_locked).
+ * verify_locked() for an item of a queue: it must still be pending, or wait
+ * for a retry (or a delayed run) whose time came; items behind the head of
+ * their ordering key wait in another state.  Fills *item with what a claim
+ * returns, the attempt being the one after those that ended.
+ */
+static bool
+verify_locked_item(const PgqGroup *group, int64 item_id, PgqBlockScan *found,
+				   PgqClaimed *item, MemoryContext cxt)
+{
+	PgqBlockScan scan;
+	PgqBlockScan *row = found;
+	bool		ok = false;
+	bool		isnull;
+
+	if (found != NULL)
+	{
+		ItemPointerData tid = found->slot->tts_tid;
+
+		ok = pgq_block_refetch(found, &tid);
+	}
+	if (!ok)
+	{
+		ScanKeyData keys[2];
+
+		/* the primary key is (group_id, item_id), as blocks' is */
+		row = &scan;
+		pgq_item_scan_open(&scan, "items_pkey");
+		pgq_block_key(keys, group->ref.group_id, item_id);
+		pgq_block_scan_keys(&scan, keys, 2);
+		ok = pgq_block_scan_next(&scan);
+	}
+	if (ok)
+	{
+		char		state = DatumGetChar(pgq_block_attr(row, Anum_items_state,
+														&isnull));
+		Datum		due = pgq_block_attr(row, Anum_items_due_at, &isnull);
+
+		Assert(DatumGetInt64(pgq_block_attr(row, Anum_items_item_id,
+											&isnull)) == item_id);
+		ok = state == 'p' ||
+			(state == 'r' && !isnull &&
+			 DatumGetTimestampTz(due) <= GetCurrentTimestamp());
+	}
+	if (ok)
+	{
+		MemoryContext oldcxt = MemoryContextSwitchTo(cxt);
+		Datum		value;
+
+		memset(item, 0, sizeof(PgqClaimed));
+		item->id = item_id;
+		item->attempt = DatumGetInt32(pgq_block_attr(row, Anum_items_attempt,
+													 &isnull)) + 1;
+		item->priority = DatumGetInt32(pgq_block_attr(row,
+													  Anum_items_priority,
+													  &isnull));
+		value = pgq_block_attr(row, Anum_items_payload, &isnull);
+		if (!isnull)
+			item->payload = PointerGetDatum(PG_DETOAST_DATUM_COPY(value));
+		value = pgq_block_attr(row, Anum_items_data, &isnull);
+		if (!isnull)
+			item->data = PointerGetDatum(PG_DETOAST_DATUM_COPY(value));
+		value = pgq_block_attr(row, Anum_items_key, &isnull);
+		if (!isnull)
+			item->key = PointerGetDatum(PG_DETOAST_DATUM_COPY(value));
+		MemoryContextSwitchTo(oldcxt);
+	}
+	if (row == &scan)
+		pgq_block_scan_close(&scan);
+	return ok;
+}
+
+/*
+ * Lock a block or an item, already counted against the limits, check that
+ * it is still claimable, and hold it.  False, with the count given back, if
+ * another session holds it or it is no longer claimable.  Should the
+ * transaction abort, the claim is undone.  "found" is the scan positioned on
+ * the row, if one found it (see verify_locked).
  */
 static bool
 take_block(const PgqGroup *group, int64 block_id, PgqBlockScan *found,
 		   PgqClaimed *block, MemoryContext cxt)
 {
+	bool		claimable;
+
 	if (!try_lock(block_id, PGQ_LOCK_BLOCK))
 	{
 		pgq_advisory_locks_give(budget_role);
@@ -601,10 +680,14 @@ take_block(const PgqGroup *group, int64 block_id, PgqBlockScan *found,
 	 * Remember the lock before the check, which may fail: the abort then
 	 * gives the block back.  Room for both was reserved.
 	 */
-	remember_held(&group->ref, block_id);
+	remember_held(group, block_id);
 	pgq_xact_remember_advisory(&group->ref, block_id);
 	PGQ_INJECTION_POINT("pgq-advisory-scan-locked");
-	if (verify_locked(group, block_id, found, block, cxt))
+	if (group->kind == PGQ_KIND_QUEUE)
+		claimable = verify_locked_item(group, block_id, found, block, cxt);
+	else
+		claimable = verify_locked(group, block_id, found, block, cxt);
+	if (claimable)
 		return true;
 	forget_held(find_held(block_id), false);
 	return false;
@@ -657,17 +740,18 @@ may_lock_more(int taken)
 }
 
 /*
- * Walk the candidate rows of a scan whose keys are set, and lock up to
- * "limit" of the pending ones.  "taken" is how many blocks the claim holds
- * already.  *last gets the block id of the last candidate looked at, if any.
- * Returns how many were taken; *stop is set when a limit on locks ends the
- * claim.
+ * Walk the candidate rows of a scan whose keys are set, blocks or items of
+ * the group, and lock up to "limit" of those in state "state".  "taken" is
+ * how many the claim holds already.  *last gets the id of the last candidate
+ * looked at, if any.  Returns how many were taken; *stop is set when a limit
+ * on locks ends the claim.
  */
 static int
-lock_candidates(const PgqGroup *group, PgqBlockScan *scan, int limit,
-				int taken, PgqClaimed *blocks, MemoryContext cxt,
+lock_candidates(const PgqGroup *group, PgqBlockScan *scan, char state,
+				int limit, int taken, PgqClaimed *blocks, MemoryContext cxt,
 				int64 *last, bool *stop)
 {
+	bool		items = group->kind == PGQ_KIND_QUEUE;
 	int			n = 0;
 
 	while (n < limit && pgq_block_scan_next(scan))
@@ -675,10 +759,14 @@ lock_candidates(const PgqGroup *group, PgqBlockScan *scan, int limit,
 		bool		isnull;
 		int64		block_id;
 
-		if (DatumGetChar(pgq_block_attr(scan, Anum_blocks_state,
-										&isnull)) != 'p')
+		if (DatumGetChar(pgq_block_attr(scan,
+										items ? Anum_items_state :
+										Anum_blocks_state,
+										&isnull)) != state)
 			continue;
-		block_id = DatumGetInt64(pgq_block_attr(scan, Anum_blocks_block_id,
+		block_id = DatumGetInt64(pgq_block_attr(scan,
+												items ? Anum_items_item_id :
+												Anum_blocks_block_id,
 												&isnull));
 		reserve_held();
 		pgq_xact_reserve(1);
@@ -717,8 +805,8 @@ lock_pending(const PgqGroup *group, int64 from, int limit, int taken,
 	{
 		pgq_block_scan_claim_pass(&scan, group->ref.group_id, from, limit,
 								  pass);
-		n += lock_candidates(group, &scan, limit - n, taken + n, blocks + n,
-							 cxt, last, &stop);
+		n += lock_candidates(group, &scan, 'p', limit - n, taken + n,
+							 blocks + n, cxt, last, &stop);
 	}
 	pgq_block_scan_close(&scan);
 	return n;
@@ -836,6 +924,65 @@ pgq_advisory_claim(const PgqGroup *group, int max_blocks,
 }
 
 /*
+ * Lock up to "limit" items of a queue that an index scan of pgq.items finds
+ * in state "state": on items_due_idx, those whose retry or delayed run came
+ * due, oldest first; on items_pending_idx, pending ones, highest priority
+ * first, then first in.  "taken" is how many the claim holds already.  Items
+ * held by others are skipped.  One scan, counted as query groups' are
+ * (invariant C1 in shmem.c), though a queue is never taken for exhausted:
+ * the count is what pgq.inflight() reports.
+ */
+static int
+lock_items(const PgqGroup *group, const char *index_name, char state,
+		   int limit, int taken, PgqClaimed *items, MemoryContext cxt)
+{
+	PgqBlockScan scan;
+	ScanKeyData keys[2];
+	int			nkeys = 1;
+	int64		last;
+	bool		stop = false;
+	int			n;
+
+	pgq_item_scan_open(&scan, index_name);
+	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_INT8EQ,
+				Int64GetDatum(group->ref.group_id));
+	if (state == 'r')
+		ScanKeyInit(&keys[nkeys++], 2, BTLessEqualStrategyNumber,
+					F_TIMESTAMPTZ_LE,
+					TimestampTzGetDatum(GetCurrentTimestamp()));
+	pgq_block_scan_keys(&scan, keys, nkeys);
+	pgq_xact_claiming(&group->ref, 0);
+	n = lock_candidates(group, &scan, state, limit, taken, items, cxt, &last,
+						&stop);
+	pgq_xact_claiming_done();
+	pgq_block_scan_close(&scan);
+	return n;
+}
+
+/*
+ * Claim up to max_items items of an advisory-mode queue into items[] (in
+ * cxt), writing nothing: retries and delayed items that came due, oldest
+ * first, then pending ones.  Each is held by a session-level advisory lock
+ * until pgq.complete() or pgq.fail() commits, pgq.release() gives it back or
+ * the session ends; the item's row stays as it was, so that a claim lost
+ * with the session's locks (a restart, a failover) leaves it claimable.
+ */
+int
+pgq_advisory_claim_items(const PgqGroup *group, int max_items,
+						 PgqClaimed *items, MemoryContext cxt)
+{
+	int			n;
+
+	check_installation();
+	forget_lost_locks();
+	n = lock_items(group, "items_due_idx", 'r', max_items, 0, items, cxt);
+	if (n < max_items)
+		n += lock_items(group, "items_pending_idx", 'p', max_items - n, n,
+						items + n, cxt);
+	return n;
+}
+
+/*
  * Is block_id of the group held by this session, and not already being
  * completed by this transaction?
  */
@@ -849,6 +996,17 @@ holds_block(const PgqGroupRef *group, int64 block_id)
 	return i >= 0 &&
 		lock_held(block_id, PGQ_LOCK_BLOCK, held[i].installation) &&
 		!pgq_xact_unlocking(block_id);
+}
+
+/*
+ * Does this session hold the item (or block) of the group, and is this
+ * transaction not already finishing it?  Once it does, and has changed the
+ * row, pgq_xact_unlock_at_commit() lets go of it.
+ */
+bool
+pgq_advisory_holds(const PgqGroupRef *group, int64 id)
+{
+	return holds_block(group, id);
 }
 
 /*
@@ -1234,20 +1392,21 @@ pgq_check_worker(PG_FUNCTION_ARGS)
 	PG_RETURN_BOOL(registered);
 }
 
-/* Find the group of a block, if it is an advisory-mode one. */
+/* Find the group of a block or item, if it is an advisory-mode one. */
 static bool
 lookup_advisory_block(int64 block_id, PgqGroup *group)
 {
-	return pgq_lookup_block(block_id, group) &&
+	return (pgq_lookup_block(block_id, group) ||
+			pgq_lookup_item(block_id, group)) &&
 		group->mode == PGQ_MODE_ADVISORY;
 }
 
 /*
  * pgq.relock(block_ids, worker_id) -> bigint[]
  *
- * Take back blocks after the session's locks were lost, or make sure they
- * are still held.  Returns the blocks this session holds afterwards, in the
- * order given; the others were consumed or went to other workers.
+ * Take back blocks and items after the session's locks were lost, or make
+ * sure they are still held.  Returns the ids this session holds afterwards,
+ * in the order given; the others were consumed or went to other workers.
  */
 Datum
 pgq_relock(PG_FUNCTION_ARGS)

@@ -94,11 +94,13 @@ end_block_op(PgqScope *scope)
 
 /* The worker_id argument that advisory mode requires, checked. */
 static void
-require_worker(FunctionCallInfo fcinfo, int argno)
+require_worker(FunctionCallInfo fcinfo, int argno, const PgqGroup *group)
 {
 	if (PG_ARGISNULL(argno))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 group->kind == PGQ_KIND_QUEUE ?
+				 errmsg("worker_id is required for items of advisory-mode queues") :
 				 errmsg("worker_id is required for blocks of advisory-mode groups"),
 				 errhint("Pass the id that pgq.register_worker() returned.")));
 	pgq_advisory_check_worker_held(PG_GETARG_INT64(argno));
@@ -139,7 +141,11 @@ pgq_complete(PG_FUNCTION_ARGS)
 		PG_RETURN_BOOL(false);
 	block_id = PG_GETARG_INT64(0);
 	if (group.kind == PGQ_KIND_QUEUE)
+	{
+		if (group.mode == PGQ_MODE_ADVISORY)
+			require_worker(fcinfo, 3, &group);
 		done = pgq_queue_complete(&group, block_id, fcinfo);
+	}
 	else if (!PG_ARGISNULL(1) || !PG_ARGISNULL(4))
 		ereport(ERROR,
 				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
@@ -155,7 +161,7 @@ pgq_complete(PG_FUNCTION_ARGS)
 									  pgq_required_attempt(fcinfo, 2, false));
 			break;
 		case PGQ_MODE_ADVISORY:
-			require_worker(fcinfo, 3);
+			require_worker(fcinfo, 3, &group);
 			done = pgq_advisory_complete(&group, block_id);
 			break;
 	}
@@ -222,7 +228,7 @@ release_one(FunctionCallInfo fcinfo, const char *function, bool act)
 			}
 			break;
 		case PGQ_MODE_ADVISORY:
-			require_worker(fcinfo, 2);
+			require_worker(fcinfo, 2, &group);
 			if (act)
 				done = pgq_advisory_release(&group, block_id);
 			break;
@@ -280,6 +286,8 @@ fail_one(FunctionCallInfo fcinfo, const char *function, bool act)
 	block_id = PG_GETARG_INT64(0);
 	if (group.kind == PGQ_KIND_QUEUE)
 	{
+		if (group.mode == PGQ_MODE_ADVISORY)
+			require_worker(fcinfo, 4, &group);
 		if (act)
 			done = pgq_queue_fail(&group, block_id, fcinfo, error, retry_after);
 		else if (group.mode == PGQ_MODE_LEASE)
@@ -303,7 +311,7 @@ fail_one(FunctionCallInfo fcinfo, const char *function, bool act)
 			break;
 		case PGQ_MODE_ADVISORY:
 			refuse_error_data(fcinfo, &group);
-			require_worker(fcinfo, 4);
+			require_worker(fcinfo, 4, &group);
 			if (act)
 				done = pgq_advisory_fail(&group, block_id, error, retry_after);
 			break;

@@ -93,6 +93,7 @@ static OwnRel own_rels[] = {
 	{"blocks_pkey", RELKIND_INDEX, InvalidOid},
 	{"blocks_block_id_idx", RELKIND_INDEX, InvalidOid},
 	{"items", RELKIND_RELATION, InvalidOid},
+	{"items_pkey", RELKIND_INDEX, InvalidOid},
 	{"items_key_idx", RELKIND_INDEX, InvalidOid},
 	{"items_pending_idx", RELKIND_INDEX, InvalidOid},
 	{"items_due_idx", RELKIND_INDEX, InvalidOid},
@@ -444,6 +445,20 @@ pgq_block_scan_open(PgqBlockScan *scan, const char *index_name,
 				 errmsg("cannot claim or consume blocks in a read-only transaction")));
 	scan->heap = pgq_open_rel("blocks", lockmode);
 	scan->index = pgq_open_rel(index_name, lockmode);
+	scan->snapshot = RegisterSnapshot(GetTransactionSnapshot());
+	scan->slot = table_slot_create(scan->heap, NULL);
+	scan->scan = NULL;
+}
+
+/*
+ * Open pgq.items and one of its indexes, by name, for a scan that reads:
+ * advisory-mode claims of items, which write nothing.
+ */
+void
+pgq_item_scan_open(PgqBlockScan *scan, const char *index_name)
+{
+	scan->heap = pgq_open_rel("items", AccessShareLock);
+	scan->index = pgq_open_rel(index_name, AccessShareLock);
 	scan->snapshot = RegisterSnapshot(GetTransactionSnapshot());
 	scan->slot = table_slot_create(scan->heap, NULL);
 	scan->scan = NULL;

@@ -32,7 +32,21 @@
 #define Anum_blocks_tries		8	/* from 0.2 */
 #define Anum_blocks_epoch		9	/* from 0.2 */
 
-/* An index scan of pgq.blocks without SQL. */
+/* columns of pgq.items that C code reads or writes directly (pgq--0.1.sql) */
+#define Anum_items_group_id		1
+#define Anum_items_item_id		2
+#define Anum_items_key			3
+#define Anum_items_priority		4
+#define Anum_items_state		5
+#define Anum_items_attempt		6
+#define Anum_items_due_at		7
+#define Anum_items_payload		8
+#define Anum_items_data			9
+#define Anum_items_enqueued_at	14
+#define Natts_items				15
+#define Anum_items_epoch		17	/* from 0.2 */
+
+/* An index scan of pgq.blocks, or of pgq.items, without SQL. */
 typedef struct PgqBlockScan
 {
 	Relation	heap;
@@ -48,6 +62,7 @@ extern uint64 pgq_rels_generation(void);
 extern ResultRelInfo *pgq_result_rel(EState *estate, Relation rel);
 extern void pgq_block_scan_open(PgqBlockScan *scan, const char *index_name,
 								LOCKMODE lockmode);
+extern void pgq_item_scan_open(PgqBlockScan *scan, const char *index_name);
 extern void pgq_block_scan_keys(PgqBlockScan *scan, ScanKey keys, int nkeys);
 extern bool pgq_block_scan_next(PgqBlockScan *scan);
 extern bool pgq_block_refetch(PgqBlockScan *scan, ItemPointer tid);

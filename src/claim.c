@@ -390,8 +390,20 @@ pgq_claim_attempt(PgqGroup *group, int max_blocks, PgqClaimed *blocks,
 }
 
 /*
+ * Does a claim of the group update rows, and so take row locks that a
+ * waiting claim must let go of before it sleeps (see below)?  Lease mode
+ * does, and so do queues' claims but in advisory mode, which write nothing.
+ */
+bool
+pgq_claim_locks_rows(const PgqGroup *group)
+{
+	return group->mode == PGQ_MODE_LEASE ||
+		(group->kind == PGQ_KIND_QUEUE && group->mode != PGQ_MODE_ADVISORY);
+}
+
+/*
  * pgq_claim_attempt() in a subtransaction of its own, rolled back if it claims
- * nothing, for waiting claims that update rows (lease mode, queues).  In
+ * nothing, for waiting claims that update rows (pgq_claim_locks_rows()).  In
  * READ COMMITTED, FOR UPDATE SKIP LOCKED (in the statements that take queue
  * items) follows a row that another claim updated since
  * the snapshot, locks its new version, finds that it no longer
@@ -570,8 +582,7 @@ pgq_claim(PG_FUNCTION_ARGS)
 			}
 		}
 		seen = pgq_wait_generation(&group.ref);
-		if (deadline != 0 &&
-			(group.mode == PGQ_MODE_LEASE || group.kind == PGQ_KIND_QUEUE))
+		if (deadline != 0 && pgq_claim_locks_rows(&group))
 			nblocks = pgq_claim_attempt_apart(&group, max_blocks, blocks,
 											  resultcxt);
 		else

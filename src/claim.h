@@ -42,6 +42,7 @@ extern void pgq_refresh_group(PgqGroup *group);
 extern bool pgq_group_exhausted(PgqGroup *group);
 extern int	pgq_claim_attempt(PgqGroup *group, int max_blocks,
 							  PgqClaimed *blocks, MemoryContext resultcxt);
+extern bool pgq_claim_locks_rows(const PgqGroup *group);
 extern int	pgq_claim_attempt_apart(PgqGroup *group, int max_blocks,
 									PgqClaimed *blocks,
 									MemoryContext resultcxt);

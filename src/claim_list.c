@@ -235,8 +235,7 @@ ask(ListedGroup *groups, int i, int limit, bool waiting, PgqClaimed *blocks,
 	int			got;
 
 	CHECK_FOR_INTERRUPTS();
-	if (waiting &&
-		(group->mode == PGQ_MODE_LEASE || group->kind == PGQ_KIND_QUEUE))
+	if (waiting && pgq_claim_locks_rows(group))
 		got = pgq_claim_attempt_apart(group, limit, blocks, resultcxt);
 	else
 		got = pgq_claim_attempt(group, limit, blocks, resultcxt);

@@ -49,20 +49,6 @@
 #include "blockscan.h"
 #include "iteminsert.h"
 
-/* columns of pgq.items (see pgq--0.1.sql) */
-#define Anum_items_group_id		1
-#define Anum_items_item_id		2
-#define Anum_items_key			3
-#define Anum_items_priority		4
-#define Anum_items_state		5
-#define Anum_items_attempt		6
-#define Anum_items_due_at		7
-#define Anum_items_payload		8
-#define Anum_items_data			9
-#define Anum_items_enqueued_at	14
-#define Natts_items				15
-#define Anum_items_epoch		17	/* from 0.2 */
-
 /*
  * INSERT .. ON CONFLICT looks for the key in the unique index before it
  * inserts, so that a key that is taken costs no dead row.  New keys are the

@@ -7,7 +7,7 @@
  * A queue is a group of kind 'queue' (pgq.create_queue) whose work is rows
  * of pgq.items, one per enqueued item.  Items are claimed highest priority
  * first, then in the order they were enqueued, through the same pgq.claim()
- * as blocks, in lease or transaction mode:
+ * as blocks, in any of the three modes:
  *
  *	- lease: a claim commits state 'c' with a deadline and counts an attempt;
  *	  pgq.complete() stores the result and marks the item done ('d'),
@@ -17,10 +17,16 @@
  *	- transaction: a claim marks the item done in the claiming transaction;
  *	  COMMIT keeps that, ROLLBACK gives the item back.  pgq.complete() and
  *	  pgq.fail() in that transaction store a result or turn it into a retry.
+ *	- advisory: a claim takes a session-level advisory lock on the item and
+ *	  writes nothing (advisory.c); pgq.complete() and pgq.fail() change the
+ *	  row as in lease mode, counting the attempt then, and the lock goes when
+ *	  their transaction commits.  A claim lost with the session's locks (a
+ *	  restart, a failover) leaves the item as it was: claimable again.
  *
  * Delayed items and retries wait in state 'r' until due_at; expired leases
- * stay 'c'.  A claim first moves the due ones back to pending (or to
- * dead-letter), so that they take their place in priority order.
+ * stay 'c'.  A lease-mode claim first moves the due ones back to pending
+ * (or to dead-letter), so that they take their place in priority order;
+ * claims of the other modes take due items first, oldest due first.
  *
  * A key is unique per queue, through a unique index: however enqueues race,
  * one inserts and the others find its item.  Done and dead items keep their
@@ -45,6 +51,7 @@
 #include "common/pg_prng.h"
 
 #include "pgq.h"
+#include "advisory.h"
 #include "blockscan.h"
 #include "claim.h"
 #include "events.h"
@@ -83,13 +90,13 @@ PG_FUNCTION_INFO_V1(pgq_item);
 
 /*
  * Appends one entry to an item's error history: what failed, at which
- * attempt and when ($err, $at), and the binary error, if any ($data), in
- * base64 under "data".
+ * attempt and when ($err, attempt $attempt, $at), and the binary error, if
+ * any ($data), in base64 under "data".
  */
-#define APPEND_ERROR(err, at, data) \
+#define APPEND_ERROR(attempt, err, at, data) \
 	"errors = COALESCE(errors, '[]'::pg_catalog.jsonb) " OP("||") " " \
 	"pg_catalog.jsonb_build_array(pg_catalog.jsonb_build_object(" \
-	"'attempt', attempt, 'error', " err ", 'at', " at ") " OP("||") " " \
+	"'attempt', " attempt ", 'error', " err ", 'at', " at ") " OP("||") " " \
 	"CASE WHEN " data " IS NULL THEN '{}'::pg_catalog.jsonb " \
 	"ELSE pg_catalog.jsonb_build_object('data', " \
 	"pg_catalog.encode(" data ", 'base64')) END) "
@@ -103,6 +110,14 @@ PG_FUNCTION_INFO_V1(pgq_item);
 #define OWN_ITEM \
 	"WHERE group_id " OP("=") " $1 AND item_id " OP("=") " $2 " \
 	"AND state " OP("=") " 'd'"
+
+/*
+ * An item of an advisory-mode queue that the caller holds (as its lock
+ * proves): a claim took it pending, or due for a retry.
+ */
+#define ADVISORY_ITEM \
+	"WHERE group_id " OP("=") " $1 AND item_id " OP("=") " $2 " \
+	"AND state " OP("=") " ANY ('{p,r}'::pg_catalog.\"char\"[])"
 
 /*
  * Does pgq.items have the columns of fenced attempt numbers, tries and
@@ -224,12 +239,6 @@ pgq_create_queue(PG_FUNCTION_ARGS)
 	name = PG_GETARG_TEXT_PP(0);
 	pgq_check_name(name);
 	mode = pgq_parse_mode(text_to_cstring(PG_GETARG_TEXT_PP(1)));
-	if (mode == PGQ_MODE_ADVISORY)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("queues do not have advisory mode"),
-				 errdetail("An item's state and result are rows, so claims of items write anyway; advisory mode only pays off for blocks."),
-				 errhint("Use mode => 'lease' or mode => 'transaction'.")));
 	pgq_check_lease(PG_GETARG_INTERVAL_P(2));
 	if (PG_GETARG_INT32(3) < 1)
 		ereport(ERROR,
@@ -856,6 +865,13 @@ pgq_queue_claim(const PgqGroup *group, int max_items, PgqClaimed *items,
 	int			n = 0;
 	int			rc;
 
+	if (group->mode == PGQ_MODE_ADVISORY)
+	{
+		n = pgq_advisory_claim_items(group, max_items, items, cxt);
+		qsort(items, n, sizeof(PgqClaimed), compare_items);
+		return n;
+	}
+
 	if (lease_plan == NULL)
 	{
 		Oid			argtypes[3] = {INT8OID, INT4OID, TIMESTAMPTZOID};
@@ -1009,6 +1025,7 @@ pgq_queue_complete(const PgqGroup *group, int64 item_id,
 				   FunctionCallInfo fcinfo)
 {
 	static SPIPlanPtr lease_plans[2] = {NULL, NULL};
+	static SPIPlanPtr advisory_plans[2] = {NULL, NULL};
 	static SPIPlanPtr xact_plan = NULL;
 	Oid			argtypes[5] = {INT8OID, INT8OID, INT4OID, JSONBOID, BYTEAOID};
 	Datum		values[5];
@@ -1042,6 +1059,31 @@ pgq_queue_complete(const PgqGroup *group, int64 item_id,
 			if (ordered)
 				pgq_ordering_hand_on(group, pgq_ordering_finished_keys(0, 2));
 			pgq_lease_durable();
+		}
+	}
+	else if (group->mode == PGQ_MODE_ADVISORY)
+	{
+		bool		ordered = pgq_ordering_supported();
+
+		if (!pgq_advisory_holds(&group->ref, item_id))
+			return false;
+		values[2] = Int32GetDatum(0);	/* unused: the lock proves holding */
+#define COMPLETE_ITEM \
+	"UPDATE pgq.items SET state = 'd', due_at = NULL, " \
+	"attempt = attempt " OP("+") " 1, " \
+	"result = $4, result_data = $5, " \
+	"finished_at = pg_catalog.clock_timestamp() " \
+	ADVISORY_ITEM
+		done = change_item(&advisory_plans[ordered],
+						   ordered ? COMPLETE_ITEM " RETURNING 0, ordering_key" :
+						   COMPLETE_ITEM,
+						   5, argtypes, values, nulls);
+#undef COMPLETE_ITEM
+		if (done)
+		{
+			if (ordered)
+				pgq_ordering_hand_on(group, pgq_ordering_finished_keys(0, 2));
+			pgq_xact_unlock_at_commit(&group->ref, item_id);
 		}
 	}
 	else
@@ -1118,6 +1160,7 @@ pgq_queue_fail(const PgqGroup *group, int64 item_id, FunctionCallInfo fcinfo,
 {
 	static SPIPlanPtr lease_plans[2] = {NULL, NULL};
 	static SPIPlanPtr xact_plans[2] = {NULL, NULL};
+	static SPIPlanPtr advisory_plans[2] = {NULL, NULL};
 	Oid			argtypes[7] = {INT8OID, INT8OID, INT4OID, TIMESTAMPTZOID,
 	TEXTOID, INT4OID, BYTEAOID};
 	Datum		values[7];
@@ -1128,8 +1171,12 @@ pgq_queue_fail(const PgqGroup *group, int64 item_id, FunctionCallInfo fcinfo,
 	bool		ordered = pgq_ordering_supported();
 	bool		done;
 
-	/* "tries": the claims that max_attempts counts (see TRIES_FENCED) */
-#define FAIL_ITEM(tries, held) \
+	/*
+	 * "tries": the claims that max_attempts counts (see TRIES_FENCED), with
+	 * the failed one; "attempt", the failed attempt's number; "set", more
+	 * columns to set.
+	 */
+#define FAIL_ITEM(tries, attempt, set, held) \
 	"UPDATE pgq.items SET " \
 	"state = CASE WHEN " tries " " OP(">=") " $6 THEN 'f'::pg_catalog.\"char\" " \
 	"ELSE 'r'::pg_catalog.\"char\" END, " \
@@ -1137,14 +1184,20 @@ pgq_queue_fail(const PgqGroup *group, int64 item_id, FunctionCallInfo fcinfo,
 	"finished_at = CASE WHEN " tries " " OP(">=") " $6 " \
 	"THEN pg_catalog.clock_timestamp() END, " \
 	"result = NULL, result_data = NULL, " \
-	"last_error = $5, " \
-	APPEND_ERROR("$5", "pg_catalog.clock_timestamp()", "$7") \
+	"last_error = $5, " set \
+	APPEND_ERROR(attempt, "$5", "pg_catalog.clock_timestamp()", "$7") \
 	held
 
 	if (group->mode == PGQ_MODE_LEASE)
 	{
 		attempt = pgq_required_attempt(fcinfo, 3, true);
 		fenced = items_fenced();
+	}
+	else if (group->mode == PGQ_MODE_ADVISORY)
+	{
+		if (!pgq_advisory_holds(&group->ref, item_id))
+			return false;
+		attempt = 0;
 	}
 	else
 	{
@@ -1172,12 +1225,16 @@ pgq_queue_fail(const PgqGroup *group, int64 item_id, FunctionCallInfo fcinfo,
 		{
 			/*
 			 * The claims counted: in transaction mode, the claim counted
-			 * this one in this transaction; in lease mode, the attempt
-			 * number may have skipped some.
+			 * this one in this transaction; in advisory mode, it is the one
+			 * after those that ended; in lease mode, the attempt number may
+			 * have skipped some.
 			 */
 			int			rc = SPI_execute_with_args(fenced ?
 												   "SELECT COALESCE(tries, attempt) "
 												   "FROM pgq.items " HELD_ITEM :
+												   group->mode == PGQ_MODE_ADVISORY ?
+												   "SELECT attempt " OP("+") " 1 "
+												   "FROM pgq.items " ADVISORY_ITEM :
 												   "SELECT attempt FROM pgq.items "
 												   OWN_ITEM,
 												   fenced ? 3 : 2, argtypes,
@@ -1195,18 +1252,20 @@ pgq_queue_fail(const PgqGroup *group, int64 item_id, FunctionCallInfo fcinfo,
 
 	/*
 	 * From 0.2 on (fenced, in lease mode) the new state and the ordering key
-	 * come back: a lease-mode item dead-lettered hands its key on; a
-	 * transaction-mode item's claim did that already, and a retry takes it
-	 * back.
+	 * come back: a lease-mode or advisory-mode item dead-lettered hands its
+	 * key on; a transaction-mode item's claim did that already, and a retry
+	 * takes it back.  An advisory-mode claim wrote nothing: the failed
+	 * attempt is counted now, and the lock goes at commit.
 	 */
 #define RETURNING_ORDERING " RETURNING state, ordering_key"
 	if (group->mode == PGQ_MODE_LEASE)
 	{
 		done = change_item(&lease_plans[fenced],
 						   fenced ?
-						   FAIL_ITEM("COALESCE(tries, attempt)", HELD_ITEM)
+						   FAIL_ITEM("COALESCE(tries, attempt)", "attempt", "",
+									 HELD_ITEM)
 						   RETURNING_ORDERING :
-						   FAIL_ITEM("attempt", HELD_ITEM),
+						   FAIL_ITEM("attempt", "attempt", "", HELD_ITEM),
 						   7, argtypes, values, nulls);
 		if (done)
 		{
@@ -1215,12 +1274,31 @@ pgq_queue_fail(const PgqGroup *group, int64 item_id, FunctionCallInfo fcinfo,
 			pgq_lease_durable();
 		}
 	}
+	else if (group->mode == PGQ_MODE_ADVISORY)
+	{
+#define FAIL_ADVISORY_ITEM \
+	FAIL_ITEM("attempt " OP("+") " 1", "attempt " OP("+") " 1", \
+			  "attempt = attempt " OP("+") " 1, ", ADVISORY_ITEM)
+		done = change_item(&advisory_plans[ordered],
+						   ordered ?
+						   FAIL_ADVISORY_ITEM RETURNING_ORDERING :
+						   FAIL_ADVISORY_ITEM,
+						   7, argtypes, values, nulls);
+#undef FAIL_ADVISORY_ITEM
+		if (done)
+		{
+			if (ordered)
+				pgq_ordering_hand_on(group, pgq_ordering_finished_keys(1, 2));
+			pgq_xact_unlock_at_commit(&group->ref, item_id);
+		}
+	}
 	else
 	{
 		done = change_item(&xact_plans[ordered],
 						   ordered ?
-						   FAIL_ITEM("attempt", OWN_ITEM) RETURNING_ORDERING :
-						   FAIL_ITEM("attempt", OWN_ITEM),
+						   FAIL_ITEM("attempt", "attempt", "", OWN_ITEM)
+						   RETURNING_ORDERING :
+						   FAIL_ITEM("attempt", "attempt", "", OWN_ITEM),
 						   7, argtypes, values, nulls);
 		if (done && ordered)
 		{
