@@ -839,11 +839,7 @@ lock_due(const PgqGroup *group, int limit, PgqClaimed *blocks,
 		if (!may_lock_more(n))
 			break;
 
-		/*
-		 * A scan of one block, counted before it is taken (C1 in shmem.c),
-		 * and waking the waiting claims if the block turns out taken since
-		 * (see claiming_end() in xact.c).
-		 */
+		/* a scan of one block, counted before it is taken (C1 in shmem.c) */
 		pgq_xact_claiming(&group->ref, due[i].block_id);
 		pgq_xact_claiming_count(1);
 		taken = take_block(group, due[i].block_id, NULL, &blocks[n], cxt);

@@ -202,7 +202,8 @@ transaction_claim(const PgqGroupRef *group, int max_blocks,
  * Where a claim of the group starts looking for pending blocks: the shared
  * hint, or a block that this transaction retried below it, which the shared
  * hint moves to only when the retry commits (pgq_xact_own_hint()).  *gen is
- * for pgq_hint_advance().  False when no hint is kept.
+ * for the scan's end (pgq_xact_claiming_done_advance()).  False when no
+ * hint is kept.
  */
 bool
 pgq_claim_hint(const PgqGroupRef *group, int64 *hint, uint64 *gen)

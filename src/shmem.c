@@ -547,7 +547,7 @@ entry_lock(const PgqGroupRef *group, bool create)
 
 /*
  * Where a claim should start scanning, and the generation to hand back to
- * pgq_hint_advance().  Returns false (hint 0) when no hint is kept.
+ * pgq_scan_end().  Returns false (hint 0) when no hint is kept.
  * (Relies on H1 and H2.)
  */
 bool
@@ -565,26 +565,6 @@ pgq_hint_get(const PgqGroupRef *group, int64 *hint, uint64 *gen)
 	SpinLockRelease(&entry->mutex);
 	LWLockRelease(pgq_state->lock);
 	return true;
-}
-
-/*
- * A claim that started from the hint of generation "gen" found every block
- * below "next" consumed or held.  Move the hint up, unless some claim was
- * undone since: its block may lie below "next".
- * (Keeps H2.)
- */
-void
-pgq_hint_advance(const PgqGroupRef *group, uint64 gen, int64 next)
-{
-	PgqGroupEntry *entry = entry_lock(group, false);
-
-	if (entry == NULL)
-		return;
-	SpinLockAcquire(&entry->mutex);
-	if (entry->gen == gen && entry->hint < next)
-		entry->hint = next;
-	SpinLockRelease(&entry->mutex);
-	LWLockRelease(pgq_state->lock);
 }
 
 /*
@@ -1037,8 +1017,9 @@ pgq_scan_count(const PgqGroupRef *group, int64 n)
  * blocks, which its records give back when they end: they move to
  * "claimed", and the rest leaves the count.  With "next" > 0, the scan,
  * which started from the hint of generation "gen", also found every block
- * below "next" consumed or held: the hint moves there as
- * pgq_hint_advance() would move it, in the same visit to the entry.
+ * below "next" consumed or held: the hint moves up to "next", in the same
+ * visit to the entry, unless some claim was undone since (its block may lie
+ * below "next").
  * Returns true if the waiting claims are owed a wake (C3).  Safe in
  * transaction callbacks: it allocates nothing and cannot fail.
  * (Keeps C1, C2, C3 and H2.)
@@ -1093,15 +1074,17 @@ claimed_read(const PgqGroupRef *group, bool scans, int64 own, int64 *claimed)
 {
 	PgqGroupEntry *entry;
 	PgqGroupKey key;
+	pg_atomic_uint64 *uncounted;
 	bool		known;
 
 	*claimed = 0;
 	if (!pgq_shmem_ready())
 		return false;
 	make_key(&key, group->dbid, group->group_id);
+	uncounted = uncounted_slot(&key);	/* hashed before the spinlock */
 	entry = entry_lock(group, false);
 	if (entry == NULL)
-		return uncounted_get(&key) == 0;
+		return pg_atomic_read_u64(uncounted) == 0;
 	SpinLockAcquire(&entry->mutex);
 	if (own >= 0)
 	{
@@ -1109,7 +1092,7 @@ claimed_read(const PgqGroupRef *group, bool scans, int64 own, int64 *claimed)
 		if (entry->claimed <= own && entry->scanning > 0)
 			entry->wake_owed = true;
 	}
-	if (entry->unsure && uncounted_get(&key) == 0)
+	if (entry->unsure && pg_atomic_read_u64(uncounted) == 0)
 		entry->unsure = false;
 	known = !entry->unsure;
 	if (known)

@@ -19,7 +19,6 @@ extern bool pgq_shmem_ready(void);
 extern Size pgq_shmem_size(void);
 extern void pgq_shmem_init(void);
 extern bool pgq_hint_get(const PgqGroupRef *group, int64 *hint, uint64 *gen);
-extern void pgq_hint_advance(const PgqGroupRef *group, uint64 gen, int64 next);
 extern void pgq_hint_lower(const PgqGroupRef *group, int64 block_id);
 extern bool pgq_due_none(const PgqGroupRef *group, TimestampTz now,
 						 uint64 *gen);

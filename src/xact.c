@@ -281,20 +281,23 @@ pgq_xact_remember_drop(const PgqGroupRef *group)
  * wake it again and again while a block that it cannot take is held, by a
  * row lock taken by hand say; nor at every block the scan passed over that
  * a transaction committed since its snapshot: that transaction woke the
- * waiters, and any that looked since marked the debt.)  Safe in transaction
- * callbacks: it allocates nothing and cannot fail.
+ * waiters, and any that looked since marked the debt.)  A scan cut short
+ * ("aborted") wakes them in any case: what it took is in no record, so no
+ * other end wakes them for it, and a waiter that another holder kept asleep
+ * as well marked no debt.  Safe in transaction callbacks: it allocates
+ * nothing and cannot fail.
  */
 static void
-claiming_end(uint64 gen, int64 next)
+claiming_end(uint64 gen, int64 next, bool aborted)
 {
+	/* a scan that found a block to move the hint past counted first */
+	Assert(next == 0 || claiming.counting);
 	if (claiming.counting)
 	{
 		if (pgq_scan_end(&claiming.group, claiming.counted, claiming.taken,
-						 gen, next))
+						 gen, next) || aborted)
 			pgq_wake_group(&claiming.group);
 	}
-	else if (next > 0)
-		pgq_hint_advance(&claiming.group, gen, next);
 	claiming.counting = false;
 	claiming.counted = 0;
 	claiming.taken = 0;
@@ -305,7 +308,7 @@ void
 pgq_xact_claiming(const PgqGroupRef *group, int64 from)
 {
 	if (claiming.active)
-		claiming_end(0, 0);
+		claiming_end(0, 0, false);
 	claiming.group = *group;
 	claiming.from = from;
 	claiming.nest_level = GetCurrentTransactionNestLevel();
@@ -360,28 +363,29 @@ pgq_xact_count_claimed(const PgqGroupRef *group, int n)
 void
 pgq_xact_claiming_done(void)
 {
-	claiming_end(0, 0);
+	claiming_end(0, 0, false);
 	claiming.active = false;
 }
 
 /*
  * The scan ended, and what it took is recorded; it began from the hint of
  * generation "gen" and found every block below "next" consumed or held.
- * The hint moves there (pgq_hint_advance()) in the same visit to shared
- * memory as the scan's count ends: one visit fewer per claim.
+ * The hint moves there in the same visit to shared memory as the scan's
+ * count ends: one visit fewer per claim.
  */
 void
 pgq_xact_claiming_done_advance(uint64 gen, int64 next)
 {
-	claiming_end(gen, next);
+	claiming_end(gen, next, false);
 	claiming.active = false;
 }
 
 /*
  * The (sub)transaction at nest level "level" is aborting: a scan for pending
  * blocks that it began, cut short by an error, lowers the hint, and only
- * then gives back what it counted (invariant C1).  Safe in transaction
- * callbacks: it allocates nothing and cannot fail.
+ * then gives back what it counted (invariant C1), waking the waiting
+ * claims.  Safe in transaction callbacks: it allocates nothing and cannot
+ * fail.
  */
 static void
 claiming_abort(int level)
@@ -389,7 +393,7 @@ claiming_abort(int level)
 	if (claiming.active && claiming.nest_level >= level)
 	{
 		pgq_hint_lower(&claiming.group, claiming.from);
-		claiming_end(0, 0);
+		claiming_end(0, 0, true);
 		claiming.active = false;
 	}
 }
@@ -850,7 +854,7 @@ pgq_xact_callback(XactEvent event, void *arg)
 			/* every scan ends before its statement does */
 			Assert(!claiming.active);
 			if (claiming.active)
-				claiming_end(0, 0);
+				claiming_end(0, 0, false);
 			/* before the waiters wake, so that their claims look again */
 			publish_inflight();
 			settle_claims(0, false);
