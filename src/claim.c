@@ -279,12 +279,12 @@ pgq_refresh_group(PgqGroup *group)
  * materializing; always once it failed.  Otherwise, true when no block is
  * pending, claimed under a lease or waiting for a retry (only lease and
  * advisory groups have those), and no other session holds a claim that it
- * might give back.  Blocks below the hint are consumed or
- * held, so only the part from the hint on is looked at, through the
- * primary key: the range is a row comparison, which only an index that
- * starts with group_id can serve (a range of block ids alone, on the index
- * on block_id, would read the blocks of every later group).  Blocks held by
- * others count when their number is not known (they are visible rows then).
+ * might give back.  Pending blocks are looked for through the primary key,
+ * from the hint on and, should that find none, from the start (see below):
+ * the range is a row comparison, which only an index that starts with
+ * group_id can serve (a range of block ids alone, on the index on block_id,
+ * would read the blocks of every later group).  Blocks held by others count
+ * when their number is not known (they are visible rows then).
  */
 bool
 pgq_group_exhausted(PgqGroup *group)
@@ -342,14 +342,28 @@ pgq_group_exhausted(PgqGroup *group)
 		pgq_block_any_deadline(&group->ref))
 		return false;
 
+	/*
+	 * From the hint on, then, should that find nothing, from the start: a
+	 * block that somebody row-locked by hand is passed over by claims, which
+	 * count no such lock (H1 in shmem.c), and is pending again once the lock
+	 * goes.  The second walk runs only where the group would otherwise be
+	 * taken for exhausted: once per claim that ends for that reason.
+	 */
 	values[0] = Int64GetDatum(group->ref.group_id);
-	values[1] = Int64GetDatum(hint);
-	rc = SPI_execute_plan(plan, values, NULL, false, 1);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "could not read blocks: %s", SPI_result_code_string(rc));
-	exhausted = !DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
-											SPI_tuptable->tupdesc, 1, &isnull));
-	SPI_freetuptable(SPI_tuptable);
+	exhausted = true;
+	for (int from = 0; from < 2 && exhausted; from++)
+	{
+		if (from == 1 && hint == 0)
+			break;
+		values[1] = Int64GetDatum(from == 0 ? hint : 0);
+		rc = SPI_execute_plan(plan, values, NULL, false, 1);
+		if (rc != SPI_OK_SELECT)
+			elog(ERROR, "could not read blocks: %s", SPI_result_code_string(rc));
+		exhausted = !DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
+												SPI_tuptable->tupdesc, 1,
+												&isnull));
+		SPI_freetuptable(SPI_tuptable);
+	}
 	return exhausted;
 }
 
