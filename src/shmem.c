@@ -767,10 +767,12 @@ pgq_group_has_entry(const PgqGroupRef *group)
  * The highest block id of the group that may be claimed under a lease or wait
  * for a retry, into *bound; PG_INT64_MAX, and false, if that is not known.
  * Then *gen is to be handed to pgq_inflight_found() with what a walk of the
- * whole group found.  Read it before the walk takes its snapshot: a claim
- * raises the bound once its commit is visible, so a block that the snapshot
- * does not show yet is counted in by then, and pgq_inflight_found() keeps
- * the higher of the two.  "epoch" names the version of the trigger that
+ * whole group found, which keeps the higher of the two.  A claim raises the
+ * bound in its commit callback, after its commit became visible: a walk
+ * whose snapshot shows the claim may read the bound from before the raise,
+ * whichever it takes first.  The same callback lowers "due_lowered" to the
+ * claim's lease end (D3), so the claims that the walk's record would keep
+ * from looking look again.  "epoch" names the version of the trigger that
  * keeps the bound now (not 0): a bound learned under another one is not
  * known.
  * (Relies on B1 and B2.)

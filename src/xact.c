@@ -280,8 +280,9 @@ pgq_xact_remember_drop(const PgqGroupRef *group)
  * lets go meanwhile.  (Not at every end: a waiting claim's own scan would
  * wake it again and again while a block that it cannot take is held, by a
  * row lock taken by hand say; nor at every block the scan passed over that
- * a transaction committed since its snapshot: that transaction woke the
- * waiters, and any that looked since marked the debt.)  A scan cut short
+ * a transaction committed since its snapshot: that commit woke the waiters
+ * if it left the count at their floor, and any that looked since marked the
+ * debt.)  A scan cut short
  * ("aborted") wakes them in any case: what it took is in no record, so no
  * other end wakes them for it, and a waiter that another holder kept asleep
  * as well marked no debt.  Safe in transaction callbacks: it allocates
