@@ -612,7 +612,7 @@ verify_locked_item(const PgqGroup *group, int64 item_id, PgqBlockScan *found,
 
 		/* the primary key is (group_id, item_id), as blocks' is */
 		row = &scan;
-		pgq_item_scan_open(&scan, "items_pkey");
+		pgq_item_scan_open(&scan, "items_pkey", AccessShareLock);
 		pgq_block_key(keys, group->ref.group_id, item_id);
 		pgq_block_scan_keys(&scan, keys, 2);
 		ok = pgq_block_scan_next(&scan);
@@ -939,7 +939,7 @@ lock_items(const PgqGroup *group, const char *index_name, char state,
 	bool		stop = false;
 	int			n;
 
-	pgq_item_scan_open(&scan, index_name);
+	pgq_item_scan_open(&scan, index_name, AccessShareLock);
 	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_INT8EQ,
 				Int64GetDatum(group->ref.group_id));
 	if (state == 'r')

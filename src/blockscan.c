@@ -96,6 +96,7 @@ static OwnRel own_rels[] = {
 	{"items_pkey", RELKIND_INDEX, InvalidOid},
 	{"items_key_idx", RELKIND_INDEX, InvalidOid},
 	{"items_pending_idx", RELKIND_INDEX, InvalidOid},
+	{"items_item_id_idx", RELKIND_INDEX, InvalidOid},
 	{"items_due_idx", RELKIND_INDEX, InvalidOid},
 	{"block_id_seq", RELKIND_SEQUENCE, InvalidOid},
 	{"epoch_seq", RELKIND_SEQUENCE, InvalidOid},
@@ -451,14 +452,19 @@ pgq_block_scan_open(PgqBlockScan *scan, const char *index_name,
 }
 
 /*
- * Open pgq.items and one of its indexes, by name, for a scan that reads:
- * advisory-mode claims of items, which write nothing.
+ * pgq_block_scan_open() for pgq.items: advisory-mode claims of items, which
+ * write nothing, and what their holders change (itemwrite.c).
  */
 void
-pgq_item_scan_open(PgqBlockScan *scan, const char *index_name)
+pgq_item_scan_open(PgqBlockScan *scan, const char *index_name,
+				   LOCKMODE lockmode)
 {
-	scan->heap = pgq_open_rel("items", AccessShareLock);
-	scan->index = pgq_open_rel(index_name, AccessShareLock);
+	if (lockmode >= RowExclusiveLock && XactReadOnly)
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("cannot claim or consume blocks in a read-only transaction")));
+	scan->heap = pgq_open_rel("items", lockmode);
+	scan->index = pgq_open_rel(index_name, lockmode);
 	scan->snapshot = RegisterSnapshot(GetTransactionSnapshot());
 	scan->slot = table_slot_create(scan->heap, NULL);
 	scan->scan = NULL;

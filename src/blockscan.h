@@ -42,9 +42,13 @@
 #define Anum_items_due_at		7
 #define Anum_items_payload		8
 #define Anum_items_data			9
+#define Anum_items_result		10
+#define Anum_items_result_data	11
 #define Anum_items_enqueued_at	14
+#define Anum_items_finished_at	15
 #define Natts_items				15
 #define Anum_items_epoch		17	/* from 0.2 */
+#define Anum_items_ordering_key	18	/* from 0.2 */
 
 /* An index scan of pgq.blocks, or of pgq.items, without SQL. */
 typedef struct PgqBlockScan
@@ -62,7 +66,8 @@ extern uint64 pgq_rels_generation(void);
 extern ResultRelInfo *pgq_result_rel(EState *estate, Relation rel);
 extern void pgq_block_scan_open(PgqBlockScan *scan, const char *index_name,
 								LOCKMODE lockmode);
-extern void pgq_item_scan_open(PgqBlockScan *scan, const char *index_name);
+extern void pgq_item_scan_open(PgqBlockScan *scan, const char *index_name,
+							   LOCKMODE lockmode);
 extern void pgq_block_scan_keys(PgqBlockScan *scan, ScanKey keys, int nkeys);
 extern bool pgq_block_scan_next(PgqBlockScan *scan);
 extern bool pgq_block_refetch(PgqBlockScan *scan, ItemPointer tid);

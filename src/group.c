@@ -46,6 +46,7 @@
 #include "blockscan.h"
 #include "due.h"
 #include "group.h"
+#include "itemwrite.h"
 #include "lease.h"
 #include "materialize.h"
 #include "privilege.h"
@@ -1445,22 +1446,22 @@ pgq_lookup_block(int64 block_id, PgqGroup *group)
 }
 
 /*
- * Look up the queue of an item, inside SPI.  False if there is no such item
- * (never made, or removed by retention or a drop), and, as for blocks, for
- * an item of a queue that the caller may not see.
+ * Look up the queue of an item, as pgq_lookup_block() looks up a block's
+ * group (so inside SPI).  False if there is no such item (never made, or
+ * removed by retention or a drop), and, as for blocks, for an item of a
+ * queue that the caller may not see.
  */
 bool
 pgq_lookup_item(int64 item_id, PgqGroup *group)
 {
-	static SPIPlanPtr plan = NULL;
+	int64		group_id;
 
-	return lookup_by(&plan,
-					 "SELECT " GROUP_COLUMNS
-					 "FROM pgq.items i JOIN pgq.groups g "
-					 "ON g.group_id " OP("=") " i.group_id "
-					 "WHERE i.item_id " OP("=") " $1",
-					 INT8OID, Int64GetDatum(item_id), group) &&
-		pgq_may_see_group(group);
+	if (!pgq_item_group_id(item_id, &group_id))
+		return false;
+	if (!group_cache_find_id(group_id, group) &&
+		!pgq_find_group_id(group_id, group))
+		return false;
+	return pgq_may_see_group(group);
 }
 
 /*

@@ -57,6 +57,7 @@
 #include "events.h"
 #include "group.h"
 #include "iteminsert.h"
+#include "itemwrite.h"
 #include "lease.h"
 #include "ordering.h"
 #include "privilege.h"
@@ -1025,7 +1026,6 @@ pgq_queue_complete(const PgqGroup *group, int64 item_id,
 				   FunctionCallInfo fcinfo)
 {
 	static SPIPlanPtr lease_plans[2] = {NULL, NULL};
-	static SPIPlanPtr advisory_plans[2] = {NULL, NULL};
 	static SPIPlanPtr xact_plan = NULL;
 	Oid			argtypes[5] = {INT8OID, INT8OID, INT4OID, JSONBOID, BYTEAOID};
 	Datum		values[5];
@@ -1063,28 +1063,19 @@ pgq_queue_complete(const PgqGroup *group, int64 item_id,
 	}
 	else if (group->mode == PGQ_MODE_ADVISORY)
 	{
-		bool		ordered = pgq_ordering_supported();
+		NullableDatum result = {values[3], nulls[3] == 'n'};
+		NullableDatum data = {values[4], nulls[4] == 'n'};
+		text	   *key;
 
-		if (!pgq_advisory_holds(&group->ref, item_id))
+		/* the claim wrote nothing: this is the item's one write */
+		if (!pgq_advisory_holds(&group->ref, item_id) ||
+			!pgq_item_finish_held(group->ref.group_id, item_id, result, data,
+								  &key))
 			return false;
-		values[2] = Int32GetDatum(0);	/* unused: the lock proves holding */
-#define COMPLETE_ITEM \
-	"UPDATE pgq.items SET state = 'd', due_at = NULL, " \
-	"attempt = attempt " OP("+") " 1, " \
-	"result = $4, result_data = $5, " \
-	"finished_at = pg_catalog.clock_timestamp() " \
-	ADVISORY_ITEM
-		done = change_item(&advisory_plans[ordered],
-						   ordered ? COMPLETE_ITEM " RETURNING 0, ordering_key" :
-						   COMPLETE_ITEM,
-						   5, argtypes, values, nulls);
-#undef COMPLETE_ITEM
-		if (done)
-		{
-			if (ordered)
-				pgq_ordering_hand_on(group, pgq_ordering_finished_keys(0, 2));
-			pgq_xact_unlock_at_commit(&group->ref, item_id);
-		}
+		if (key != NULL)
+			pgq_ordering_hand_on(group, list_make1(key));
+		pgq_xact_unlock_at_commit(&group->ref, item_id);
+		done = true;
 	}
 	else
 	{

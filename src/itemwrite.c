@@ -1,0 +1,256 @@
+/*-------------------------------------------------------------------------
+ *
+ * itemwrite.c
+ *	  Direct access to pgq.items for the hot path of an item's holder: the
+ *	  queue of an item, and the item finished.
+ *
+ * Every pgq.complete() of an item looks up its queue by the item's id, and
+ * in advisory mode, where the claim wrote nothing, the complete is the one
+ * write of the item's cycle.  As SQL (a join for the lookup, an UPDATE
+ * through SPI) they took most of an advisory item's cycle; here they walk
+ * pgq's own indexes through the index and table AMs instead, as blocks'
+ * hot paths do (blockscan.c), with the same reasons why that is safe: pgq
+ * owns the table, which has no rules, policies or foreign keys, and the
+ * callers check the caller's privilege on the queue before they change
+ * anything.  The new row version's index entries go in through the
+ * executor's code, with the index infos that blockscan.c keeps.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/stratnum.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/pg_am.h"
+#include "executor/executor.h"
+#include "miscadmin.h"
+#include "storage/proc.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/rel.h"
+#include "utils/timestamp.h"
+
+#include "pgq.h"
+#include "blockscan.h"
+#include "itemwrite.h"
+
+#if PG_VERSION_NUM >= 170000
+#define CURRENT_LXID	(MyProc->vxid.lxid)
+#else
+#define CURRENT_LXID	(MyProc->lxid)
+#endif
+
+/*
+ * The item pgq_item_group_id() found last, and where, for the write that
+ * usually follows in the same transaction (whose lock on pgq.items keeps
+ * vacuum from truncating the table under the TID).  item_id 0: none.
+ */
+static struct
+{
+	int64		item_id;
+	int64		group_id;
+	LocalTransactionId lxid;
+	ItemPointerData tid;
+}			last_found;
+
+/*
+ * The queue of an item, looked up by the item's id through the index on
+ * item_id (a btree, or a hash index in a database still at 0.1, which
+ * matches hash codes: every row it returns is checked).  False if there is
+ * no such item now.
+ */
+bool
+pgq_item_group_id(int64 item_id, int64 *group_id)
+{
+	PgqBlockScan scan;
+	ScanKeyData key;
+	bool		found = false;
+
+	last_found.item_id = 0;
+	pgq_item_scan_open(&scan, "items_item_id_idx", AccessShareLock);
+	if (scan.index->rd_rel->relam != BTREE_AM_OID &&
+		scan.index->rd_rel->relam != HASH_AM_OID)
+		elog(ERROR, "pgq.items_item_id_idx is neither a btree nor a hash index");
+	ScanKeyInit(&key, 1,
+				scan.index->rd_rel->relam == HASH_AM_OID ?
+				HTEqualStrategyNumber : BTEqualStrategyNumber,
+				F_INT8EQ, Int64GetDatum(item_id));
+	pgq_block_scan_keys(&scan, &key, 1);
+	while (!found && pgq_block_scan_next(&scan))
+	{
+		bool		isnull;
+
+		if (DatumGetInt64(pgq_block_attr(&scan, Anum_items_item_id,
+										 &isnull)) != item_id)
+			continue;
+		*group_id = DatumGetInt64(pgq_block_attr(&scan, Anum_items_group_id,
+												 &isnull));
+		last_found.item_id = item_id;
+		last_found.group_id = *group_id;
+		last_found.lxid = CURRENT_LXID;
+		last_found.tid = scan.slot->tts_tid;
+		found = true;
+	}
+	pgq_block_scan_close(&scan);
+	return found;
+}
+
+/* Is the row in scan->slot the given item of the given queue? */
+static bool
+is_item(PgqBlockScan *scan, int64 group_id, int64 item_id)
+{
+	bool		isnull;
+
+	return DatumGetInt64(pgq_block_attr(scan, Anum_items_item_id,
+										&isnull)) == item_id &&
+		DatumGetInt64(pgq_block_attr(scan, Anum_items_group_id,
+									 &isnull)) == group_id;
+}
+
+/*
+ * Write the new version of the item in scan->slot: done, with its result,
+ * one attempt more, finished now.  Returns the result of the update; on
+ * TM_Ok, *key gets the item's ordering key (NULL if none) in the caller's
+ * memory.
+ */
+static TM_Result
+write_done(PgqBlockScan *scan, NullableDatum result, NullableDatum data,
+		   text **key, TM_FailureData *tmfd)
+{
+	TupleTableSlot *old = scan->slot;
+	TupleDesc	tupdesc = RelationGetDescr(scan->heap);
+	int			natts = tupdesc->natts;
+	MemoryContext cxt = CurrentMemoryContext;
+	EState	   *estate = CreateExecutorState();
+	ResultRelInfo *rri;
+	TupleTableSlot *newslot;
+	LockTupleMode lockmode;
+	TM_Result	tm;
+#if PG_VERSION_NUM >= 160000
+	TU_UpdateIndexes update_indexes;
+#else
+	bool		update_indexes;
+#endif
+
+	slot_getallattrs(old);
+	MemoryContextSwitchTo(estate->es_query_cxt);
+	rri = pgq_result_rel(estate, scan->heap);
+	newslot = table_slot_create(scan->heap, NULL);
+	memcpy(newslot->tts_values, old->tts_values, natts * sizeof(Datum));
+	memcpy(newslot->tts_isnull, old->tts_isnull, natts * sizeof(bool));
+	newslot->tts_values[Anum_items_state - 1] = CharGetDatum('d');
+	newslot->tts_isnull[Anum_items_due_at - 1] = true;
+	newslot->tts_values[Anum_items_attempt - 1] =
+		Int32GetDatum(DatumGetInt32(old->tts_values[Anum_items_attempt - 1]) + 1);
+	newslot->tts_values[Anum_items_result - 1] = result.value;
+	newslot->tts_isnull[Anum_items_result - 1] = result.isnull;
+	newslot->tts_values[Anum_items_result_data - 1] = data.value;
+	newslot->tts_isnull[Anum_items_result_data - 1] = data.isnull;
+	newslot->tts_values[Anum_items_finished_at - 1] =
+		TimestampTzGetDatum(GetCurrentTimestamp());
+	newslot->tts_isnull[Anum_items_finished_at - 1] = false;
+	ExecStoreVirtualTuple(newslot);
+
+	tm = table_tuple_update(scan->heap, &old->tts_tid, newslot,
+							GetCurrentCommandId(true), scan->snapshot,
+							InvalidSnapshot, true, tmfd, &lockmode,
+							&update_indexes);
+	if (tm == TM_Ok)
+	{
+#if PG_VERSION_NUM >= 160000
+		if (update_indexes != TU_None)
+			ExecInsertIndexTuples(rri, newslot, estate, true, false, NULL,
+								  NIL, update_indexes == TU_Summarizing);
+#else
+		if (update_indexes)
+			ExecInsertIndexTuples(rri, newslot, estate, true, false, NULL,
+								  NIL);
+#endif
+		*key = NULL;
+		if (natts >= Anum_items_ordering_key &&
+			!old->tts_isnull[Anum_items_ordering_key - 1])
+		{
+			MemoryContextSwitchTo(cxt);
+			*key = DatumGetTextPCopy(old->tts_values[Anum_items_ordering_key - 1]);
+		}
+	}
+	MemoryContextSwitchTo(cxt);
+	ExecDropSingleTupleTableSlot(newslot);
+	ExecCloseIndices(rri);
+	FreeExecutorState(estate);
+	return tm;
+}
+
+/*
+ * Mark an item that the caller holds by an advisory lock done, with its
+ * result and data (either may be NULL), counting the attempt that ended: it
+ * must be pending, or due for a retry (as its claim took it).  On success,
+ * *key gets its ordering key, or NULL, for the caller to hand on.  False if
+ * the item is gone or in another state.
+ *
+ * Like an UPDATE in READ COMMITTED, an item changed by a transaction that
+ * committed meanwhile is looked at again in its new version; in REPEATABLE
+ * READ and SERIALIZABLE that is a serialization failure.  If
+ * pgq_item_group_id() just found the item, the row version it saw is read
+ * again by its TID rather than through the primary key.
+ */
+bool
+pgq_item_finish_held(int64 group_id, int64 item_id, NullableDatum result,
+					 NullableDatum data, text **key)
+{
+	bool		by_tid = last_found.item_id == item_id &&
+		last_found.group_id == group_id && last_found.lxid == CURRENT_LXID;
+	ItemPointerData tid = last_found.tid;
+
+	last_found.item_id = 0;
+	for (;;)
+	{
+		PgqBlockScan scan;
+		TM_Result	tm = TM_Invisible;	/* not found, or not claimable */
+		TM_FailureData tmfd;
+		bool		found;
+
+		CHECK_FOR_INTERRUPTS();
+		pgq_item_scan_open(&scan, "items_pkey", RowExclusiveLock);
+		found = by_tid &&
+			table_tuple_fetch_row_version(scan.heap, &tid, scan.snapshot,
+										  scan.slot) &&
+			is_item(&scan, group_id, item_id);
+		by_tid = false;
+		if (!found)
+		{
+			ScanKeyData keys[2];
+
+			/* the primary key is (group_id, item_id), as blocks' is */
+			pgq_block_key(keys, group_id, item_id);
+			pgq_block_scan_keys(&scan, keys, 2);
+			found = pgq_block_scan_next(&scan);
+		}
+		if (found)
+		{
+			bool		isnull;
+			char		state = DatumGetChar(pgq_block_attr(&scan,
+															Anum_items_state,
+															&isnull));
+
+			if (state == 'p' || state == 'r')
+				tm = write_done(&scan, result, data, key, &tmfd);
+		}
+		pgq_block_scan_close(&scan);
+
+		if (tm == TM_Ok)
+		{
+			CommandCounterIncrement();
+			return true;
+		}
+		if ((tm == TM_Updated || tm == TM_Deleted) &&
+			IsolationUsesXactSnapshot())
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					 errmsg("could not serialize access due to concurrent update")));
+		if (tm != TM_Updated)
+			return false;
+		/* changed and committed meanwhile: look at the new version */
+	}
+}

@@ -1,0 +1,21 @@
+/*-------------------------------------------------------------------------
+ *
+ * itemwrite.h
+ *	  Direct access to pgq.items for the hot path of an item's holder.
+ *
+ * IDENTIFICATION
+ *	  src/itemwrite.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef PGQ_ITEMWRITE_H
+#define PGQ_ITEMWRITE_H
+
+#include "fmgr.h"
+
+extern bool pgq_item_group_id(int64 item_id, int64 *group_id);
+extern bool pgq_item_finish_held(int64 group_id, int64 item_id,
+								 NullableDatum result, NullableDatum data,
+								 text **key);
+
+#endif							/* PGQ_ITEMWRITE_H */
