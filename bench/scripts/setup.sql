@@ -18,6 +18,15 @@ CREATE TABLE vt (id bigint PRIMARY KEY,
 -- naive advisory-lock queue
 CREATE TABLE aq (id bigint PRIMARY KEY, ids bigint[] NOT NULL);
 
+-- a Que-style job table (que_style.sql): the key its claims walk, and a
+-- payload as pgq's items have
+CREATE TABLE que_jobs (priority smallint NOT NULL DEFAULT 100,
+                       run_at timestamptz NOT NULL DEFAULT now(),
+                       job_id bigserial,
+                       args jsonb NOT NULL,
+                       error_count integer NOT NULL DEFAULT 0,
+                       PRIMARY KEY (priority, run_at, job_id));
+
 -- a plain-SQL job table with a unique key, and the index a claim needs
 CREATE TABLE jobs (id bigserial PRIMARY KEY,
                    key text NOT NULL UNIQUE,
@@ -53,6 +62,17 @@ BEGIN
     WHEN 'aq' THEN
         TRUNCATE aq;
         INSERT INTO aq SELECT g, ARRAY[g] FROM generate_series(1, n) g;
+    WHEN 'que_jobs' THEN
+        TRUNCATE que_jobs;
+        INSERT INTO que_jobs (run_at, args)
+        SELECT now() - '1 s'::interval, jsonb_build_object('n', g)
+        FROM generate_series(1, n) g;
+    WHEN 'aqi' THEN
+        -- the same payloads, as items of an advisory-mode queue
+        PERFORM pgq.drop_group('aqi');
+        PERFORM pgq.create_queue('aqi', mode => 'advisory');
+        PERFORM pgq.enqueue_many('aqi', ARRAY(SELECT jsonb_build_object('n', g)
+                                              FROM generate_series(1, n) g));
     WHEN 'g' THEN
         PERFORM pgq.drop_group('g');
         PERFORM pgq.create_group('g', ids, block_size => 1);
@@ -81,8 +101,11 @@ LANGUAGE plpgsql AS $$
 DECLARE
     n bigint;
 BEGIN
-    IF what IN ('q', 'vt', 'aq') THEN
+    IF what IN ('q', 'vt', 'aq', 'que_jobs') THEN
         EXECUTE format('SELECT count(*) FROM %I', what) INTO n;
+    ELSIF what = 'aqi' THEN
+        SELECT count(*) INTO n FROM pgq.items i JOIN pgq.groups g USING (group_id)
+        WHERE g.group_name = what AND i.state IN ('p', 'r');
     ELSE
         SELECT count(*) INTO n FROM pgq.blocks b JOIN pgq.groups g USING (group_id)
         WHERE g.group_name = what;
