@@ -2,7 +2,7 @@
 -- writes nothing; complete and fail change the row, counting the attempt,
 -- and let go of the lock at commit.  Item ids are shown relative to the
 -- first item (:i0); worker ids, which come from a sequence, are not shown.
-CREATE FUNCTION try(sql text) RETURNS text LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION try(sql text) RETURNS text LANGUAGE plpgsql AS $$
 BEGIN
     EXECUTE sql;
     RETURN 'ok';
@@ -116,6 +116,50 @@ SELECT pgq.register_worker('w1') AS w \gset
 SELECT pgq.relock(ARRAY[:o2, :i0], :w) = ARRAY[:o2]::bigint[] AS relocked;
 SELECT pending, running FROM pgq.queue_stats WHERE queue_name = 'aq';
 SELECT pgq.complete(:o2, worker_id => :w);
+
+-- claims start from the queue's hint, a place in claim order past the
+-- items finished; whatever makes an item pending before it lowers it at
+-- commit: an enqueue of higher priority, an ordering key handed on, a retry
+SELECT pgq.create_queue('hq', mode => 'advisory', max_attempts => 1);
+SELECT pgq.enqueue('hq', '{"o": 1}', ordering_key => 'k') AS h1 \gset
+SELECT pgq.enqueue('hq', '{"o": 2}', ordering_key => 'k') AS h2 \gset
+SELECT pgq.enqueue_many('hq', ARRAY['{"n": 1}', '{"n": 2}', '{"n": 3}', '{"n": 4}']::jsonb[]) AS hn \gset
+SELECT block_id = :h1 AS head FROM pgq.claim('hq', worker_id => :w);
+SELECT block_id = (:'hn'::bigint[])[1] AS first FROM pgq.claim('hq', worker_id => :w);
+SELECT block_id = (:'hn'::bigint[])[2] AS second
+FROM pgq.claim('hq', worker_id => :w, complete => (:'hn'::bigint[])[1]);
+-- h1's completion hands k on: h2, before the hint, is pending, and first
+SELECT pgq.complete(:h1, worker_id => :w);
+SELECT block_id = :h2 AS handed_on
+FROM pgq.claim('hq', worker_id => :w, complete => (:'hn'::bigint[])[2]);
+SELECT pgq.fail(:h2, 'dead', worker_id => :w);
+SELECT block_id = (:'hn'::bigint[])[3] AS third FROM pgq.claim('hq', worker_id => :w);
+-- a retry of the dead h2 puts it before the hint again
+SELECT pgq.retry(:h2);
+SELECT block_id = :h2 AS retried
+FROM pgq.claim('hq', worker_id => :w, complete => (:'hn'::bigint[])[3]);
+-- an item of higher priority comes first, though enqueued last
+SELECT pgq.enqueue('hq', '{"urgent": true}', priority => 9) AS urgent \gset
+SELECT block_id = :urgent AS urgent_first
+FROM pgq.claim('hq', worker_id => :w, complete => :h2);
+-- an item given back is claimed again, before those after it
+SELECT pgq.release(:urgent, worker_id => :w);
+SELECT block_id = :urgent AS given_back FROM pgq.claim('hq', worker_id => :w);
+SELECT block_id = (:'hn'::bigint[])[4] AS last
+FROM pgq.claim('hq', worker_id => :w, complete => :urgent);
+SELECT pgq.complete((:'hn'::bigint[])[4], worker_id => :w);
+SELECT i.state, count(*) FROM pgq.items i JOIN pgq.groups g USING (group_id)
+WHERE g.group_name = 'hq' GROUP BY i.state ORDER BY i.state;
+-- the hint moves back at commit: a transaction that enqueued cannot be
+-- prepared (an enqueue of a delayed item, not pending yet, can)
+BEGIN;
+SELECT pgq.enqueue('hq', '{"n": 5}') > 0 AS enqueued;
+PREPARE TRANSACTION 'aq_enqueue';
+BEGIN;
+SELECT pgq.enqueue('hq', '{"n": 6}', run_at => now() + '1 hour') > 0 AS delayed;
+PREPARE TRANSACTION 'aq_delayed';
+ROLLBACK PREPARED 'aq_delayed';
+SELECT pgq.drop_group('hq');
 
 -- a claim in a read-only transaction writes nothing and is allowed
 BEGIN READ ONLY;

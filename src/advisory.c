@@ -55,6 +55,7 @@
 #include "due.h"
 #include "group.h"
 #include "privilege.h"
+#include "queue.h"
 #include "shmem.h"
 #include "wait.h"
 #include "xact.h"
@@ -91,7 +92,9 @@ typedef struct HeldBlock
 {
 	int64		block_id;		/* the block's id, or the item's */
 	PgqGroupRef group;
-	bool		item;			/* an item of a queue, not a block */
+	int64		position;		/* where the hint goes when it is given back:
+								 * the block's id, or the item's place in
+								 * claim order (pgq_item_position()) */
 	uint16		installation;	/* of the lock's tag */
 	Oid			role;			/* its lock is counted for this role */
 } HeldBlock;
@@ -313,8 +316,8 @@ forget_held(int i, bool back)
 	pgq_advisory_locks_give(block.role);
 
 	/* the hint after the unlock, the claimed count after the hint */
-	if (back && !block.item)
-		pgq_hint_lower(&block.group, block.block_id);
+	if (back)
+		pgq_hint_lower(&block.group, block.position);
 	if (pgq_xact_count_claimed(&block.group, -1) || back)
 		pgq_wake_group(&block.group);
 }
@@ -384,15 +387,16 @@ reserve_held(void)
 /*
  * Add a block or item to the held list, and count it as claimed (out of what
  * a scan for pending blocks counted ahead, if it did); its lock is taken and
- * counted against the limits already.
+ * counted against the limits already.  "position" is where the hint goes
+ * when it is given back (see HeldBlock).
  */
 static void
-remember_held(const PgqGroup *group, int64 block_id)
+remember_held(const PgqGroup *group, int64 block_id, int64 position)
 {
 	Assert(nheld < maxheld && exit_callback_registered);
 	held[nheld].block_id = block_id;
 	held[nheld].group = group->ref;
-	held[nheld].item = group->kind == PGQ_KIND_QUEUE;
+	held[nheld].position = position;
 	held[nheld].installation = installation;
 	held[nheld].role = budget_role;
 	nheld++;
@@ -662,12 +666,18 @@ verify_locked_item(const PgqGroup *group, int64 item_id, PgqBlockScan *found,
  * it is still claimable, and hold it.  False, with the count given back, if
  * another session holds it or it is no longer claimable.  Should the
  * transaction abort, the claim is undone.  "found" is the scan positioned on
- * the row, if one found it (see verify_locked).
+ * the row, if one found it (see verify_locked); an item's place in claim
+ * order is known then, else only once the check read the item (0 until
+ * then: the start of the queue, where an abort may safely send the hint).
  */
 static bool
 take_block(const PgqGroup *group, int64 block_id, PgqBlockScan *found,
 		   PgqClaimed *block, MemoryContext cxt)
 {
+	bool		items = group->kind == PGQ_KIND_QUEUE;
+	int64		position = block_id;
+	bool		isnull;
+
 	bool		claimable;
 
 	if (!try_lock(block_id, PGQ_LOCK_BLOCK))
@@ -680,13 +690,22 @@ take_block(const PgqGroup *group, int64 block_id, PgqBlockScan *found,
 	 * Remember the lock before the check, which may fail: the abort then
 	 * gives the block back.  Room for both was reserved.
 	 */
-	remember_held(group, block_id);
+	if (items)
+		position = found == NULL ? 0 :
+			pgq_item_position(DatumGetInt32(pgq_block_attr(found,
+														   Anum_items_priority,
+														   &isnull)),
+							  block_id);
+	remember_held(group, block_id, position);
 	pgq_xact_remember_advisory(&group->ref, block_id);
 	PGQ_INJECTION_POINT("pgq-advisory-scan-locked");
-	if (group->kind == PGQ_KIND_QUEUE)
+	if (items)
 		claimable = verify_locked_item(group, block_id, found, block, cxt);
 	else
 		claimable = verify_locked(group, block_id, found, block, cxt);
+	if (claimable && items)
+		held[find_held(block_id)].position =
+			pgq_item_position(block->priority, block_id);
 	if (claimable)
 		return true;
 	forget_held(find_held(block_id), false);
@@ -743,8 +762,8 @@ may_lock_more(int taken)
  * Walk the candidate rows of a scan whose keys are set, blocks or items of
  * the group, and lock up to "limit" of those in state "state".  "taken" is
  * how many the claim holds already.  *last gets the id of the last candidate
- * looked at, if any.  Returns how many were taken; *stop is set when a limit
- * on locks ends the claim.
+ * looked at (an item's place in claim order), if any.  Returns how many
+ * were taken; *stop is set when a limit on locks ends the claim.
  */
 static int
 lock_candidates(const PgqGroup *group, PgqBlockScan *scan, char state,
@@ -777,7 +796,11 @@ lock_candidates(const PgqGroup *group, PgqBlockScan *scan, char state,
 			*stop = true;
 			break;
 		}
-		*last = block_id;
+		*last = !items ? block_id :
+			pgq_item_position(DatumGetInt32(pgq_block_attr(scan,
+														   Anum_items_priority,
+														   &isnull)),
+							  block_id);
 		if (take_block(group, block_id, scan, &blocks[n], cxt))
 			n++;
 	}
@@ -920,35 +943,30 @@ pgq_advisory_claim(const PgqGroup *group, int max_blocks,
 }
 
 /*
- * Lock up to "limit" items of a queue that an index scan of pgq.items finds
- * in state "state": on items_due_idx, those whose retry or delayed run came
- * due, oldest first; on items_pending_idx, pending ones, highest priority
- * first, then first in.  "taken" is how many the claim holds already.  Items
- * held by others are skipped.  One scan, counted as query groups' are
- * (invariant C1 in shmem.c), though a queue is never taken for exhausted:
- * the count is what pgq.inflight() reports.
+ * Lock up to "limit" items of a queue whose retry or delayed run came due,
+ * oldest due first, as items_due_idx has them.  Items held by others are
+ * skipped.  One scan, counted as claims' scans are (invariant C1 in
+ * shmem.c), though a queue is never taken for exhausted: the count is what
+ * pgq.inflight() reports.
  */
 static int
-lock_items(const PgqGroup *group, const char *index_name, char state,
-		   int limit, int taken, PgqClaimed *items, MemoryContext cxt)
+lock_due_items(const PgqGroup *group, int limit, PgqClaimed *items,
+			   MemoryContext cxt)
 {
 	PgqBlockScan scan;
 	ScanKeyData keys[2];
-	int			nkeys = 1;
 	int64		last;
 	bool		stop = false;
 	int			n;
 
-	pgq_item_scan_open(&scan, index_name, AccessShareLock);
+	pgq_item_scan_open(&scan, "items_due_idx", AccessShareLock);
 	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_INT8EQ,
 				Int64GetDatum(group->ref.group_id));
-	if (state == 'r')
-		ScanKeyInit(&keys[nkeys++], 2, BTLessEqualStrategyNumber,
-					F_TIMESTAMPTZ_LE,
-					TimestampTzGetDatum(GetCurrentTimestamp()));
-	pgq_block_scan_keys(&scan, keys, nkeys);
+	ScanKeyInit(&keys[1], 2, BTLessEqualStrategyNumber, F_TIMESTAMPTZ_LE,
+				TimestampTzGetDatum(GetCurrentTimestamp()));
+	pgq_block_scan_keys(&scan, keys, 2);
 	pgq_xact_claiming(&group->ref, 0);
-	n = lock_candidates(group, &scan, state, limit, taken, items, cxt, &last,
+	n = lock_candidates(group, &scan, 'r', limit, 0, items, cxt, &last,
 						&stop);
 	pgq_xact_claiming_done();
 	pgq_block_scan_close(&scan);
@@ -956,25 +974,99 @@ lock_items(const PgqGroup *group, const char *index_name, char state,
 }
 
 /*
+ * Lock up to "limit" pending items of a queue from place "from" in claim
+ * order on (pgq_item_position(); 0: from the start), as items_pending_idx
+ * has them: highest priority first, then first in.  The index is on
+ * (group_id, priority DESC, item_id): the rest of from's priority, then the
+ * lower priorities, in two passes.  "taken" is how many items the claim
+ * holds already.  *last gets the place of the last candidate looked at (0
+ * if none).
+ */
+static int
+lock_pending_items(const PgqGroup *group, int64 from, int limit, int taken,
+				   PgqClaimed *items, MemoryContext cxt, int64 *last)
+{
+	int32		priority = PGQ_MAX_PRIORITY - (int32) (from >> PGQ_ITEM_ID_BITS);
+	PgqBlockScan scan;
+	int			n = 0;
+	bool		stop = false;
+
+	*last = 0;
+	pgq_item_scan_open(&scan, "items_pending_idx", AccessShareLock);
+	for (int pass = 0; pass < (from > 0 ? 2 : 1) && n < limit && !stop; pass++)
+	{
+		ScanKeyData keys[3];
+		int			nkeys = 1;
+
+		ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_INT8EQ,
+					Int64GetDatum(group->ref.group_id));
+		if (from > 0 && pass == 0)
+		{
+			ScanKeyInit(&keys[nkeys++], 2, BTEqualStrategyNumber, F_INT4EQ,
+						Int32GetDatum(priority));
+			ScanKeyInit(&keys[nkeys++], 3, BTGreaterEqualStrategyNumber,
+						F_INT8GE, Int64GetDatum(from & PGQ_ITEM_ID_MASK));
+		}
+		else if (from > 0)
+			ScanKeyInit(&keys[nkeys++], 2, BTLessStrategyNumber, F_INT4LT,
+						Int32GetDatum(priority));
+		pgq_block_scan_keys(&scan, keys, nkeys);
+		n += lock_candidates(group, &scan, 'p', limit - n, taken + n,
+							 items + n, cxt, last, &stop);
+	}
+	pgq_block_scan_close(&scan);
+	return n;
+}
+
+/*
  * Claim up to max_items items of an advisory-mode queue into items[] (in
  * cxt), writing nothing: retries and delayed items that came due, oldest
- * first, then pending ones.  Each is held by a session-level advisory lock
- * until pgq.complete() or pgq.fail() commits, pgq.release() gives it back or
- * the session ends; the item's row stays as it was, so that a claim lost
- * with the session's locks (a restart, a failover) leaves it claimable.
+ * first, then pending ones from the queue's hint, a place in claim order,
+ * and below it as block claims look below theirs (pgq_advisory_claim()): the
+ * hint keeps claims from walking the index entries of every item finished
+ * since the last vacuum.  Each item is held by a session-level advisory
+ * lock until pgq.complete() or pgq.fail() commits, pgq.release() gives it
+ * back or the session ends; the item's row stays as it was, so that a claim
+ * lost with the session's locks (a restart, a failover) leaves it
+ * claimable.
  */
 int
 pgq_advisory_claim_items(const PgqGroup *group, int max_items,
 						 PgqClaimed *items, MemoryContext cxt)
 {
+	int64		hint;
+	uint64		gen;
+	int64		last;
 	int			n;
 
 	check_installation();
 	forget_lost_locks();
-	n = lock_items(group, "items_due_idx", 'r', max_items, 0, items, cxt);
+	n = lock_due_items(group, max_items, items, cxt);
 	if (n < max_items)
-		n += lock_items(group, "items_pending_idx", 'p', max_items - n, n,
-						items + n, cxt);
+	{
+		(void) pgq_claim_hint(&group->ref, &hint, &gen);
+		pgq_xact_claiming(&group->ref, hint);
+		n += lock_pending_items(group, hint, max_items - n, n, items + n, cxt,
+								&last);
+		/* ended, so that the count that decides a full scan is of holders */
+		pgq_xact_claiming_done_advance(gen, last > 0 ? last + 1 : 0);
+		if (n < max_items && hint > 0 && nheld < pgq_max_locks_per_session &&
+			pgq_full_scan_due(&group->ref, pgq_advisory_held_in_group(&group->ref)))
+		{
+			int			below;
+
+			pgq_xact_claiming(&group->ref, 0);
+			below = lock_pending_items(group, 0, max_items - n, n, items + n,
+									   cxt, &last);
+			/* the first found is the first in claim order */
+			if (below > 0)
+				pgq_hint_lower(&group->ref,
+							   pgq_item_position(items[n].priority,
+												 items[n].id));
+			n += below;
+			pgq_xact_claiming_done();
+		}
+	}
 	return n;
 }
 

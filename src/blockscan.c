@@ -472,11 +472,17 @@ pgq_item_scan_open(PgqBlockScan *scan, const char *index_name,
 
 /*
  * Start (or restart) an index scan with nkeys keys.  The keys are copied:
- * the caller's array may go.
+ * the caller's array may go.  A restart with another number of keys begins
+ * a new scan: index_rescan() takes as many as the scan began with.
  */
 void
 pgq_block_scan_keys(PgqBlockScan *scan, ScanKey keys, int nkeys)
 {
+	if (scan->scan != NULL && scan->scan->numberOfKeys != nkeys)
+	{
+		index_endscan(scan->scan);
+		scan->scan = NULL;
+	}
 	if (scan->scan == NULL)
 	{
 #if PG_VERSION_NUM >= 180000

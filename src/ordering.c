@@ -52,6 +52,7 @@
 #include "pgq.h"
 #include "blockscan.h"
 #include "ordering.h"
+#include "queue.h"
 #include "wait.h"
 #include "xact.h"
 
@@ -337,7 +338,7 @@ pgq_ordering_hand_on(const PgqGroup *group, List *keys)
 							 "WHERE ctid " OP("=") " (SELECT ctid FROM pgq.items "
 							 KEY_UNFINISHED " ORDER BY item_id LIMIT 1) "
 							 "AND state " OP("=") " 'w' "
-							 "RETURNING state",
+							 "RETURNING state, priority, item_id",
 							 3, argtypes);
 	}
 	slots = palloc(n * sizeof(OrderingSlot));
@@ -352,6 +353,9 @@ pgq_ordering_hand_on(const PgqGroup *group, List *keys)
 	for (i = 0; i < n; i++)
 	{
 		Datum		values[3];
+		HeapTuple	row;
+		TupleDesc	rowdesc;
+		bool		isnull;
 		int			rc;
 
 		CHECK_FOR_INTERRUPTS();
@@ -363,13 +367,21 @@ pgq_ordering_hand_on(const PgqGroup *group, List *keys)
 		if (rc != SPI_OK_UPDATE_RETURNING)
 			elog(ERROR, "could not hand on an ordering key: %s",
 				 SPI_result_code_string(rc));
-		if (SPI_processed > 0)
+		row = SPI_processed > 0 ? SPI_tuptable->vals[0] : NULL;
+		rowdesc = SPI_tuptable->tupdesc;
+		if (SPI_processed > 0 &&
+			DatumGetChar(SPI_getbinval(row, rowdesc, 1, &isnull)) == 'p')
 		{
-			bool		isnull;
+			int32		priority = DatumGetInt32(SPI_getbinval(row, rowdesc,
+															   2, &isnull));
+			int64		item_id = DatumGetInt64(SPI_getbinval(row, rowdesc,
+															  3, &isnull));
 
-			claimable |= DatumGetChar(SPI_getbinval(SPI_tuptable->vals[0],
-													SPI_tuptable->tupdesc, 1,
-													&isnull)) == 'p';
+			claimable = true;
+			/* its queue's claims find it from its place on (H1, shmem.c) */
+			if (group->mode == PGQ_MODE_ADVISORY)
+				pgq_xact_remember_pending(&group->ref,
+										  pgq_item_position(priority, item_id));
 		}
 		SPI_freetuptable(SPI_tuptable);
 	}

@@ -75,7 +75,6 @@
 
 /* Limits on user input. */
 #define PGQ_MAX_KEY_BYTES	1024
-#define PGQ_MAX_PRIORITY	32767
 
 /* At most this many due items are moved back to pending by one claim. */
 #define PGQ_PROMOTE_LIMIT	1000
@@ -534,7 +533,12 @@ pgq_enqueue(PG_FUNCTION_ARGS)
 	id = enqueue_one(ins, &group, &item, &added);
 	pgq_item_inserter_end(ins);
 	if (added && !item.has_due_at && !item.waiting)
+	{
+		if (group.mode == PGQ_MODE_ADVISORY)
+			pgq_xact_remember_pending(&group.ref,
+									  pgq_item_position(priority, id));
 		pgq_announce_claimable(&group.ref, group.name);
+	}
 	SPI_finish();
 	pgq_leave(&scope);
 	PG_RETURN_INT64(id);
@@ -562,7 +566,7 @@ pgq_enqueue_many(PG_FUNCTION_ARGS)
 	int32		priority;
 	PgqNewItem	item;
 	PgqItemInserter *ins;
-	bool		any_added = false;
+	int64		first_added = 0;	/* the id of the first item added pending */
 	int64	   *ids;
 	Datum	   *result;
 	PgqScope	scope;
@@ -647,11 +651,18 @@ pgq_enqueue_many(PG_FUNCTION_ARGS)
 		ids[i] = enqueue_one(ins, &group, &item, &added);
 		if (added && oe != NULL)
 			pgq_ordering_enqueued(oe, i);
-		any_added |= added && !item.waiting;
+		if (added && !item.waiting && first_added == 0)
+			first_added = ids[i];
 	}
 	pgq_item_inserter_end(ins);
-	if (any_added && !item.has_due_at)
+	if (first_added != 0 && !item.has_due_at)
+	{
+		/* one priority for all: the first added comes first in claim order */
+		if (group.mode == PGQ_MODE_ADVISORY)
+			pgq_xact_remember_pending(&group.ref,
+									  pgq_item_position(priority, first_added));
 		pgq_announce_claimable(&group.ref, group.name);
+	}
 	SPI_finish();
 	pgq_leave(&scope);
 
@@ -1734,7 +1745,7 @@ retry_item(int64 item_id)
 	"AND item_id " OP("=") " $2 " \
 	"AND state " OP("=") " ANY ('{d,f}'::pg_catalog.\"char\"[]) " \
 	"AND (payload IS NOT NULL OR data IS NOT NULL) " \
-	"RETURNING item_id"
+	"RETURNING priority"
 	rc = SPI_execute_with_args(items_fenced() ?
 							   RETRY_ITEM("tries = 0, ") : RETRY_ITEM("attempt = 0, "),
 							   2, argtypes, values, NULL, false, 0);
@@ -1771,6 +1782,17 @@ retry_item(int64 item_id)
 				 errmsg("item " INT64_FORMAT " is not done or dead-lettered", item_id),
 				 errdetail("The item is %s.", pgq_item_state_name(state[0])),
 				 errhint("Only done and dead-lettered items can be retried.")));
+	}
+	if (group.mode == PGQ_MODE_ADVISORY)
+	{
+		bool		isnull;
+		int32		priority = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
+														   SPI_tuptable->tupdesc,
+														   1, &isnull));
+
+		/* its queue's claims find it from its place on (H1, shmem.c) */
+		pgq_xact_remember_pending(&group.ref,
+								  pgq_item_position(priority, item_id));
 	}
 	pgq_announce_claimable(&group.ref, group.name);
 	pgq_events_note(&group.ref, &item_id, 1, 'p');

@@ -28,4 +28,26 @@ extern bool pgq_queue_extend(const PgqGroup *group, int64 item_id,
 
 extern const char *pgq_item_state_name(char state);
 
+/* the highest priority an item may have */
+#define PGQ_MAX_PRIORITY	32767
+
+/*
+ * An item's place in claim order, where items_pending_idx has it (priority
+ * descending, then item id), as one number that grows along the index:
+ * what an advisory-mode queue's hint is (invariant H1 in shmem.c).  Ids
+ * take the low PGQ_ITEM_ID_BITS bits; an item whose id does not fit has no
+ * place (0, before every item).
+ */
+#define PGQ_ITEM_ID_BITS	48
+#define PGQ_ITEM_ID_MASK	((INT64CONST(1) << PGQ_ITEM_ID_BITS) - 1)
+
+static inline int64
+pgq_item_position(int32 priority, int64 item_id)
+{
+	if (item_id <= 0 || item_id > PGQ_ITEM_ID_MASK)
+		return 0;
+	return ((int64) (PGQ_MAX_PRIORITY - priority) << PGQ_ITEM_ID_BITS) |
+		item_id;
+}
+
 #endif							/* PGQ_QUEUE_H */

@@ -73,9 +73,12 @@ typedef enum PgqRecordKind
 	PGQ_REC_RETRY,				/* a dead-lettered block made pending again,
 								 * in the claimed count until the transaction
 								 * ends */
-	PGQ_REC_LOOK				/* a look for due blocks recorded what it
+	PGQ_REC_LOOK,				/* a look for due blocks recorded what it
 								 * found, with the transaction's own writes
 								 * in view: forgotten on abort */
+	PGQ_REC_PENDING				/* items of an advisory-mode queue made
+								 * pending, from this place in claim order
+								 * on ("block_id") */
 } PgqRecordKind;
 
 typedef struct PgqClaimRecord
@@ -240,6 +243,34 @@ pgq_xact_remember_retry(const PgqGroupRef *group, int64 block_id)
 	pgq_xact_reserve(1);
 	add_record(group, block_id, PGQ_REC_RETRY);
 	pgq_claimed_add(group, 1);
+}
+
+/*
+ * The current (sub)transaction made items of an advisory-mode queue pending
+ * (enqueued them, handed an ordering key on, retried a dead item), the
+ * first of them at "position" in claim order (pgq_item_position()).  As for
+ * a retried block, the queue's hint may move down to them only once they
+ * are visible: at commit (invariant H1 in shmem.c).  Unlike a retry, they
+ * are not counted as claimed: a queue is never taken for exhausted, and an
+ * enqueue's cost stays one record per queue and statement.
+ */
+void
+pgq_xact_remember_pending(const PgqGroupRef *group, int64 position)
+{
+	int			level = GetCurrentTransactionNestLevel();
+
+	/* one record per queue and level, with the lowest place */
+	for (int i = nclaims - 1; i >= 0 && claims[i].nest_level == level; i--)
+	{
+		if (claims[i].kind == PGQ_REC_PENDING &&
+			same_group(&claims[i].group, group))
+		{
+			claims[i].block_id = Min(claims[i].block_id, position);
+			return;
+		}
+	}
+	pgq_xact_reserve(1);
+	add_record(group, position, PGQ_REC_PENDING);
 }
 
 /*
@@ -658,16 +689,17 @@ same_group(const PgqGroupRef *a, const PgqGroupRef *b)
 }
 
 /*
- * The lowest block of the group that this transaction retried, if below
- * "hint": the shared hint moves to it only at commit, and until then only
- * this transaction can claim it.
+ * The lowest block of the group that this transaction retried (or place of
+ * an item it made pending), if below "hint": the shared hint moves to it
+ * only at commit, and until then only this transaction can claim it.
  */
 int64
 pgq_xact_own_hint(const PgqGroupRef *group, int64 hint)
 {
 	for (int i = 0; i < nclaims; i++)
 	{
-		if (claims[i].kind == PGQ_REC_RETRY &&
+		if ((claims[i].kind == PGQ_REC_RETRY ||
+			 claims[i].kind == PGQ_REC_PENDING) &&
 			same_group(&claims[i].group, group) &&
 			claims[i].block_id < hint)
 			hint = claims[i].block_id;
@@ -689,7 +721,8 @@ settle_claims(int first, bool undone)
 	{
 		const PgqGroupRef *group = &claims[i].group;
 		int64		lowest = PG_INT64_MAX;
-		int64		retried = PG_INT64_MAX; /* the lowest block retried */
+		int64		retried = PG_INT64_MAX; /* the lowest block retried, or
+											 * place made pending */
 		TimestampTz until = DT_NOEND;	/* the first committed lease end */
 		int64		leased = 0; /* the highest block taken under a lease */
 		int64		counted = 0;	/* in the shared claimed count */
@@ -743,6 +776,11 @@ settle_claims(int first, bool undone)
 				case PGQ_REC_LOOK:
 					if (undone)
 						pgq_due_forget(group->dbid, group->group_id);
+					continue;
+				case PGQ_REC_PENDING:
+					if (!undone)
+						retried = Min(retried, claims[j].block_id);
+					wake = true;
 					continue;
 			}
 			lowest = Min(lowest, claims[j].block_id);
@@ -815,6 +853,12 @@ pgq_xact_callback(XactEvent event, void *arg)
 			}
 			for (int i = 0; i < nclaims; i++)
 			{
+				if (claims[i].kind == PGQ_REC_PENDING)
+					ereport(ERROR,
+							(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+							 errmsg("cannot PREPARE a transaction that made items of an advisory-mode queue pending"),
+							 errdetail("Claims of the queue must learn of the items when the transaction commits."),
+							 errhint("Commit or roll back the transaction instead.")));
 				if (claims[i].kind == PGQ_REC_RETRY)
 					ereport(ERROR,
 							(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
