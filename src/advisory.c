@@ -1104,9 +1104,14 @@ pgq_advisory_holds(const PgqGroupRef *group, int64 id)
 bool
 pgq_advisory_complete(const PgqGroup *group, int64 block_id)
 {
-	if (!holds_block(&group->ref, block_id) ||
-		!pgq_block_delete(group->ref.group_id, block_id, NULL))
+	if (!holds_block(&group->ref, block_id))
 		return false;
+	if (!pgq_block_delete(group->ref.group_id, block_id, NULL))
+	{
+		/* gone meanwhile (a drop that the delete waited for) */
+		pgq_advisory_forget_block(block_id);
+		return false;
+	}
 	pgq_xact_unlock_at_commit(&group->ref, block_id);
 	return true;
 }
@@ -1169,7 +1174,11 @@ pgq_advisory_fail(const PgqGroup *group, int64 block_id, text *error,
 	if (rc != SPI_OK_UPDATE)
 		elog(ERROR, "could not fail block: %s", SPI_result_code_string(rc));
 	if (SPI_processed == 0)
+	{
+		/* gone meanwhile (a drop that the update waited for) */
+		pgq_advisory_forget_block(block_id);
 		return false;
+	}
 	pgq_xact_unlock_at_commit(&group->ref, block_id);
 	pgq_notify_group(group->name);
 	return true;

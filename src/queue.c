@@ -1079,10 +1079,15 @@ pgq_queue_complete(const PgqGroup *group, int64 item_id,
 		text	   *key;
 
 		/* the claim wrote nothing: this is the item's one write */
-		if (!pgq_advisory_holds(&group->ref, item_id) ||
-			!pgq_item_finish_held(group->ref.group_id, item_id, result, data,
-								  &key))
+		if (!pgq_advisory_holds(&group->ref, item_id))
 			return false;
+		if (!pgq_item_finish_held(group->ref.group_id, item_id, result, data,
+								  &key))
+		{
+			/* gone meanwhile (a drop that the update waited for) */
+			pgq_advisory_forget_block(item_id);
+			return false;
+		}
 		if (key != NULL)
 			pgq_ordering_hand_on(group, list_make1(key));
 		pgq_xact_unlock_at_commit(&group->ref, item_id);
@@ -1293,6 +1298,8 @@ pgq_queue_fail(const PgqGroup *group, int64 item_id, FunctionCallInfo fcinfo,
 				pgq_ordering_hand_on(group, pgq_ordering_finished_keys(1, 2));
 			pgq_xact_unlock_at_commit(&group->ref, item_id);
 		}
+		else					/* gone meanwhile (a drop waited for) */
+			pgq_advisory_forget_block(item_id);
 	}
 	else
 	{
