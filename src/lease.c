@@ -862,6 +862,7 @@ claim_due(const PgqGroup *group, int limit, TimestampTz now,
 			if (!table_tuple_fetch_row_version(w.scan.heap, &due[i].tid,
 											   w.scan.snapshot, old))
 				continue;		/* changed since the walk */
+			pgq_xact_claiming_count(limit - n);
 			if (!writer_lock(&w))
 				continue;
 
@@ -964,13 +965,18 @@ pgq_lease_claim(const PgqGroup *group, int max_blocks, PgqClaimed *blocks,
 	pgq_lease_claim_async();
 
 	/*
-	 * Each batch is remembered as soon as it is taken, so that an error in a
-	 * later step (a cancel during a long scan, say) lowers the hint for it.
+	 * Each step is a scan counted ahead (C1 in shmem.c), whose blocks are
+	 * remembered when it ends, so that an error in it or in a later step (a
+	 * cancel during a long scan, say) wakes the waiting claims, and lowers
+	 * the hint for what a scan of pending blocks took.  Due blocks are not
+	 * pending: their scan leaves the hint where it is (PG_INT64_MAX).
 	 */
 	pgq_xact_reserve(max_blocks);
 
+	pgq_xact_claiming(&group->ref, PG_INT64_MAX);
 	n = claim_due(group, max_blocks, now, until, blocks, cxt);
 	pgq_xact_remember_lease(&group->ref, blocks, n, until);
+	pgq_xact_claiming_done();
 	if (n < max_blocks)
 	{
 		(void) pgq_claim_hint(&group->ref, &hint, &gen);
