@@ -35,6 +35,7 @@
 #include "blockscan.h"
 #include "due.h"
 #include "shmem.h"
+#include "wait.h"
 #include "xact.h"
 
 /*
@@ -350,13 +351,18 @@ pgq_block_due(const PgqGroupRef *group, TimestampTz now, int max,
 
 /*
  * The current (sub)transaction is aborting: if it was looking for due blocks
- * (pgq_block_due()), let other claims look.  Safe in transaction callbacks.
+ * (pgq_block_due()), let other claims look, and wake the waiting ones, which
+ * did not look while this one did and counted on it to wake them for what
+ * it left (D4 in shmem.c).  Safe in transaction callbacks.
  */
 void
 pgq_block_due_abort(void)
 {
 	if (my_look.active)
+	{
 		pgq_due_look_abandoned(&my_look.group, my_look.since);
+		pgq_wake_group(&my_look.group);
+	}
 	my_look.active = false;
 }
 

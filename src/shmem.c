@@ -156,8 +156,10 @@ typedef struct PgqGroupKey
  *		look's snapshot may not show those leases.
  *	D4	While "due_looking" is not 0, and for at most PGQ_DUE_TRUST, one
  *		claim is looking (the one that began at that time), and the others
- *		go on without looking.  This one is about cost only: looks that
- *		overlap are correct.  Worth 15% of single lease claims (nothing
+ *		go on without looking: looks that overlap are correct, and the one
+ *		looking wakes the group's waiting claims for the due blocks it
+ *		leaves, or, should it end in an error, for all of them
+ *		(pgq_block_due_abort()).  Worth 15% of single lease claims (nothing
  *		measurable on batches).
  *	D1 has exceptions, each seen within PGQ_DUE_TRUST by claims (the
  *	maintenance worker trusts a record until its time): a deadline brought
