@@ -27,6 +27,7 @@
 #include "block.h"
 #include "blockscan.h"
 #include "group.h"
+#include "itemwrite.h"
 #include "lease.h"
 #include "privilege.h"
 #include "queue.h"
@@ -74,8 +75,9 @@ begin_block_op(FunctionCallInfo fcinfo, const char *what, PgqGroup *group,
 		group->mode = PGQ_MODE_TRANSACTION;
 		return true;
 	}
-	/* the block may exist in a group that the caller may not see */
-	gone = !pgq_block_group_id(PG_GETARG_INT64(0), &group_id);
+	/* the block or item may exist in a group that the caller may not see */
+	gone = !pgq_block_group_id(PG_GETARG_INT64(0), &group_id) &&
+		!pgq_item_group_id(PG_GETARG_INT64(0), &group_id);
 	SPI_finish();
 	pgq_leave(scope);
 	/* an advisory lock on a block that is gone is of no use any more */
