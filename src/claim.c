@@ -332,10 +332,10 @@ pgq_group_exhausted(PgqGroup *group)
 		own = pgq_xact_own_in_flight(group->ref.group_id);
 	others = !pgq_claimed_get_waiting(&group->ref, own, &claimed) ||
 		claimed > own;
+	if (others)
+		return false;
 	if (!pgq_claim_hint(&group->ref, &hint, &gen))
 		hint = 0;
-	if (hint > 0 && others)
-		return false;
 
 	/* a lease that may run out, or a retry to come due */
 	if (group->mode != PGQ_MODE_TRANSACTION &&
