@@ -878,6 +878,24 @@ lock_due(const PgqGroup *group, int limit, PgqClaimed *blocks,
 	return n;
 }
 
+/* The ids of the group's blocks that this session holds, as a bigint[]. */
+Datum
+pgq_advisory_held_ids(const PgqGroupRef *group)
+{
+	Datum	   *ids = palloc(Max(nheld, 1) * sizeof(Datum));
+	int			n = 0;
+
+	for (int i = 0; i < nheld; i++)
+	{
+		if (held[i].group.group_id == group->group_id &&
+			held[i].group.dbid == group->dbid &&
+			held[i].group.created_at == group->created_at)
+			ids[n++] = Int64GetDatum(held[i].block_id);
+	}
+	return PointerGetDatum(construct_array(ids, n, INT8OID, sizeof(int64),
+										   FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+}
+
 /* Blocks of the group that this session holds. */
 int64
 pgq_advisory_held_in_group(const PgqGroupRef *group)

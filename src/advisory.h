@@ -31,5 +31,6 @@ extern void pgq_advisory_forget_block(int64 block_id);
 extern void pgq_forget_dead_workers(void);
 extern void pgq_advisory_forget_group(const PgqGroupRef *group);
 extern int64 pgq_advisory_held_in_group(const PgqGroupRef *group);
+extern Datum pgq_advisory_held_ids(const PgqGroupRef *group);
 
 #endif							/* PGQ_ADVISORY_H */

@@ -290,7 +290,7 @@ bool
 pgq_group_exhausted(PgqGroup *group)
 {
 	static SPIPlanPtr plan = NULL;
-	Datum		values[2];
+	Datum		values[3];
 	int64		hint;
 	uint64		gen;
 	int64		own = 0;
@@ -302,13 +302,14 @@ pgq_group_exhausted(PgqGroup *group)
 
 	if (plan == NULL)
 	{
-		Oid			argtypes[2] = {INT8OID, INT8OID};
+		Oid			argtypes[3] = {INT8OID, INT8OID, INT8ARRAYOID};
 
 		plan = pgq_keep_plan("SELECT EXISTS (SELECT FROM pgq.blocks "
 							 "WHERE group_id " OP("=") " $1 "
 							 "AND (group_id, block_id) " OP(">=") " ($1, $2) "
-							 "AND state " OP("=") " 'p')",
-							 2, argtypes);
+							 "AND state " OP("=") " 'p' "
+							 "AND block_id " OP("<>") " ALL ($3))",
+							 3, argtypes);
 	}
 
 	if (group->paused || group->state == PGQ_GROUP_MATERIALIZING)
@@ -349,7 +350,12 @@ pgq_group_exhausted(PgqGroup *group)
 	 * goes.  The second walk runs only where the group would otherwise be
 	 * taken for exhausted: once per claim that ends for that reason.
 	 */
+	/*
+	 * Advisory-mode blocks that this session holds are pending rows: they
+	 * do not count (holding the last block, a claim for more finds none).
+	 */
 	values[0] = Int64GetDatum(group->ref.group_id);
+	values[2] = pgq_advisory_held_ids(&group->ref);
 	exhausted = true;
 	for (int from = 0; from < 2 && exhausted; from++)
 	{
