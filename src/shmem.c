@@ -2,17 +2,17 @@
  *
  * shmem.c
  *	  Per-group state kept in shared memory: the claim hint and the count of
- *	  blocks held by open transactions.
+ *	  blocks (and items) held by open transactions and sessions.
  *
  * Nothing here is ever written to a table: a per-group counter row would
  * serialise every consumer, and a claim that scans the blocks index from its
  * head would walk the dead entries of every consumed block.  Instead each
  * group has an entry, keyed by (database, group id): the claim hint, the
- * count of blocks held by open transactions, what the last look for due
- * blocks found, and how far such looks must walk.  What each field promises
- * is listed once, as invariants, above struct PgqGroupEntry below; the
- * functions that read or write a field name the invariants they rely on or
- * keep.  Each field was measured against a build without it (bench/ab; see
+ * count of blocks held by open transactions and sessions, what the last
+ * look for due blocks found, and how far such looks must walk.  What each
+ * field promises is listed once, as invariants, above struct PgqGroupEntry
+ * below; the functions that read or write a field name the invariants they
+ * rely on or keep.  Each field was measured against a build without it (bench/ab; see
  * bench/README.md).
  *
  * The hash table holds at most pgq.max_groups entries.  When it is full, the
