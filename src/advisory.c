@@ -913,54 +913,6 @@ pgq_advisory_held_in_group(const PgqGroupRef *group)
 }
 
 /*
- * Claim up to max_blocks blocks of an advisory-mode group: retries that came
- * due, then pending blocks from the hint, then below it (see claim.c).
- * Blocks held by others are skipped; the hint moves past them, and their
- * holders lower it again when they let go.
- */
-int
-pgq_advisory_claim(const PgqGroup *group, int max_blocks,
-				   PgqClaimed *blocks, MemoryContext cxt)
-{
-	int64		hint;
-	uint64		gen;
-	int64		last;
-	int			n;
-
-	check_installation();
-	forget_lost_locks();
-	n = lock_due(group, max_blocks, blocks, cxt);
-	if (n < max_blocks)
-	{
-		(void) pgq_claim_hint(&group->ref, &hint, &gen);
-		pgq_xact_claiming(&group->ref, hint);
-		n += lock_pending(group, hint, max_blocks - n, n, blocks + n, cxt,
-						  &last);
-		/* ended, so that the count that decides a full scan is of holders */
-		pgq_xact_claiming_done_advance(gen, last > 0 ? last + 1 : 0);
-		if (n < max_blocks && hint > 0 && nheld < pgq_max_locks_per_session &&
-			pgq_full_scan_due(&group->ref, pgq_advisory_held_in_group(&group->ref)))
-		{
-			int			below;
-
-			pgq_xact_claiming(&group->ref, 0);
-			below = lock_pending(group, 0, max_blocks - n, n, blocks + n, cxt,
-								 &last);
-
-			if (below > 0)
-			{
-				qsort(blocks + n, below, sizeof(PgqClaimed), pgq_compare_claimed);
-				pgq_hint_lower(&group->ref, blocks[n].id);
-			}
-			n += below;
-			pgq_xact_claiming_done();
-		}
-	}
-	qsort(blocks, n, sizeof(PgqClaimed), pgq_compare_claimed);
-	return n;
-}
-
-/*
  * Lock up to "limit" items of a queue whose retry or delayed run came due,
  * oldest due first, as items_due_idx has them.  Items held by others are
  * skipped.  One scan, counted as claims' scans are (invariant C1 in
@@ -1037,54 +989,101 @@ lock_pending_items(const PgqGroup *group, int64 from, int limit, int taken,
 }
 
 /*
- * Claim up to max_items items of an advisory-mode queue into items[] (in
- * cxt), writing nothing: retries and delayed items that came due, oldest
- * first, then pending ones from the queue's hint, a place in claim order,
- * and below it as block claims look below theirs (pgq_advisory_claim()): the
- * hint keeps claims from walking the index entries of every item finished
- * since the last vacuum.  Each item is held by a session-level advisory
- * lock until pgq.complete() or pgq.fail() commits, pgq.release() gives it
- * back or the session ends; the item's row stays as it was, so that a claim
- * lost with the session's locks (a restart, a failover) leaves it
- * claimable.
+ * Lock up to "limit" pending blocks, or items, of the group from block id
+ * (or place in claim order) "from" on; "taken" is how many the claim holds
+ * already.  *last gets the last candidate's (0 if none).
  */
-int
-pgq_advisory_claim_items(const PgqGroup *group, int max_items,
-						 PgqClaimed *items, MemoryContext cxt)
+static int
+lock_pending_any(const PgqGroup *group, int64 from, int limit, int taken,
+				 PgqClaimed *out, MemoryContext cxt, int64 *last)
+{
+	if (group->kind == PGQ_KIND_QUEUE)
+		return lock_pending_items(group, from, limit, taken, out, cxt, last);
+	return lock_pending(group, from, limit, taken, out, cxt, last);
+}
+
+/*
+ * Lock up to "limit" pending blocks, or items, of the group: from the hint
+ * on, a scan that moves the hint past what it found consumed or held, then,
+ * should that come up short, from the start when pgq_full_scan_due() says
+ * so (see claim.c).  Blocks and items held by others are skipped; the hint
+ * moves past them, and their holders lower it again when they let go.
+ * "taken" is how many the claim holds already.
+ */
+static int
+lock_from_hint(const PgqGroup *group, int limit, int taken, PgqClaimed *out,
+			   MemoryContext cxt)
 {
 	int64		hint;
 	uint64		gen;
 	int64		last;
 	int			n;
 
+	(void) pgq_claim_hint(&group->ref, &hint, &gen);
+	pgq_xact_claiming(&group->ref, hint);
+	n = lock_pending_any(group, hint, limit, taken, out, cxt, &last);
+	/* ended, so that the count that decides a full scan is of holders */
+	pgq_xact_claiming_done_advance(gen, last > 0 ? last + 1 : 0);
+	if (n < limit && hint > 0 && nheld < pgq_max_locks_per_session &&
+		pgq_full_scan_due(&group->ref, pgq_advisory_held_in_group(&group->ref)))
+	{
+		int			below;
+
+		pgq_xact_claiming(&group->ref, 0);
+		below = lock_pending_any(group, 0, limit - n, taken + n, out + n, cxt,
+								 &last);
+		/* stranded below the hint: the first found is the first in order */
+		if (below > 0)
+			pgq_hint_lower(&group->ref, group->kind == PGQ_KIND_QUEUE ?
+						   pgq_item_position(out[n].priority, out[n].id) :
+						   out[n].id);
+		n += below;
+		pgq_xact_claiming_done();
+	}
+	return n;
+}
+
+/*
+ * Claim up to max_blocks blocks of an advisory-mode group: retries that came
+ * due, then pending blocks from the hint, then below it (lock_from_hint()).
+ */
+int
+pgq_advisory_claim(const PgqGroup *group, int max_blocks,
+				   PgqClaimed *blocks, MemoryContext cxt)
+{
+	int			n;
+
+	check_installation();
+	forget_lost_locks();
+	n = lock_due(group, max_blocks, blocks, cxt);
+	if (n < max_blocks)
+		n += lock_from_hint(group, max_blocks - n, n, blocks + n, cxt);
+	qsort(blocks, n, sizeof(PgqClaimed), pgq_compare_claimed);
+	return n;
+}
+
+/*
+ * Claim up to max_items items of an advisory-mode queue into items[] (in
+ * cxt), writing nothing: retries and delayed items that came due, oldest
+ * first, then pending ones from the queue's hint, a place in claim order,
+ * and below it (lock_from_hint()): the hint keeps claims from walking the
+ * index entries of every item finished since the last vacuum.  Each item is
+ * held by a session-level advisory lock until pgq.complete() or pgq.fail()
+ * commits, pgq.release() gives it back or the session ends; the item's row
+ * stays as it was, so that a claim lost with the session's locks (a
+ * restart, a failover) leaves it claimable.
+ */
+int
+pgq_advisory_claim_items(const PgqGroup *group, int max_items,
+						 PgqClaimed *items, MemoryContext cxt)
+{
+	int			n;
+
 	check_installation();
 	forget_lost_locks();
 	n = lock_due_items(group, max_items, items, cxt);
 	if (n < max_items)
-	{
-		(void) pgq_claim_hint(&group->ref, &hint, &gen);
-		pgq_xact_claiming(&group->ref, hint);
-		n += lock_pending_items(group, hint, max_items - n, n, items + n, cxt,
-								&last);
-		/* ended, so that the count that decides a full scan is of holders */
-		pgq_xact_claiming_done_advance(gen, last > 0 ? last + 1 : 0);
-		if (n < max_items && hint > 0 && nheld < pgq_max_locks_per_session &&
-			pgq_full_scan_due(&group->ref, pgq_advisory_held_in_group(&group->ref)))
-		{
-			int			below;
-
-			pgq_xact_claiming(&group->ref, 0);
-			below = lock_pending_items(group, 0, max_items - n, n, items + n,
-									   cxt, &last);
-			/* the first found is the first in claim order */
-			if (below > 0)
-				pgq_hint_lower(&group->ref,
-							   pgq_item_position(items[n].priority,
-												 items[n].id));
-			n += below;
-			pgq_xact_claiming_done();
-		}
-	}
+		n += lock_from_hint(group, max_items - n, n, items + n, cxt);
 	return n;
 }
 

@@ -591,42 +591,58 @@ pgq_block_attr(PgqBlockScan *scan, AttrNumber attnum, bool *isnull)
 }
 
 /*
- * The group of a block, looked up by its id through the index on block_id,
- * a hash index or a btree.  False if there is no such block now.  A hash
- * index matches hash codes, not values: every row it returns is checked.
+ * Position a scan opened on an index of one bigint id (pgq.blocks' block_id,
+ * pgq.items' item_id), a hash index or a btree, on the row with this id
+ * (column "id_att" of the table).  False if there is none now.  A hash index
+ * matches hash codes, not values: every row it returns is checked.
+ */
+bool
+pgq_scan_find_id(PgqBlockScan *scan, int64 id, AttrNumber id_att)
+{
+	ScanKeyData key;
+	Oid			am = scan->index->rd_rel->relam;
+
+	if (am != BTREE_AM_OID && am != HASH_AM_OID)
+		elog(ERROR, "index \"%s\" is neither a btree nor a hash index",
+			 RelationGetRelationName(scan->index));
+	ScanKeyInit(&key, 1,
+				am == HASH_AM_OID ? HTEqualStrategyNumber : BTEqualStrategyNumber,
+				F_INT8EQ, Int64GetDatum(id));
+	pgq_block_scan_keys(scan, &key, 1);
+	while (pgq_block_scan_next(scan))
+	{
+		bool		isnull;
+
+		if (DatumGetInt64(pgq_block_attr(scan, id_att, &isnull)) == id)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * The group of a block, looked up by its id through the index on block_id.
+ * False if there is no such block now.
  */
 bool
 pgq_block_group_id(int64 block_id, int64 *group_id)
 {
 	PgqBlockScan scan;
-	ScanKeyData key;
-	bool		found = false;
+	bool		found;
 
 	last_found.block_id = 0;
 
 	pgq_block_scan_open(&scan, "blocks_block_id_idx", AccessShareLock);
-	if (scan.index->rd_rel->relam != BTREE_AM_OID &&
-		scan.index->rd_rel->relam != HASH_AM_OID)
-		elog(ERROR, "pgq.blocks_block_id_idx is neither a btree nor a hash index");
-	ScanKeyInit(&key, 1,
-				scan.index->rd_rel->relam == HASH_AM_OID ?
-				HTEqualStrategyNumber : BTEqualStrategyNumber,
-				F_INT8EQ, Int64GetDatum(block_id));
-	pgq_block_scan_keys(&scan, &key, 1);
-	while (!found && pgq_block_scan_next(&scan))
+	found = pgq_scan_find_id(&scan, block_id, Anum_blocks_block_id);
+	if (found)
 	{
 		bool		isnull;
 
-		if (DatumGetInt64(pgq_block_attr(&scan, Anum_blocks_block_id,
-										 &isnull)) != block_id)
-			continue;
 		*group_id = DatumGetInt64(pgq_block_attr(&scan, Anum_blocks_group_id,
 												 &isnull));
 		last_found.block_id = block_id;
 		last_found.group_id = *group_id;
 		last_found.lxid = CURRENT_LXID;
 		last_found.tid = scan.slot->tts_tid;
-		found = true;
 	}
 	pgq_block_scan_close(&scan);
 	return found;

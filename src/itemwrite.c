@@ -19,15 +19,12 @@
  */
 #include "postgres.h"
 
-#include "access/stratnum.h"
 #include "access/tableam.h"
 #include "access/xact.h"
-#include "catalog/pg_am.h"
 #include "executor/executor.h"
 #include "miscadmin.h"
 #include "storage/proc.h"
 #include "utils/builtins.h"
-#include "utils/fmgroids.h"
 #include "utils/rel.h"
 #include "utils/timestamp.h"
 
@@ -56,41 +53,28 @@ static struct
 
 /*
  * The queue of an item, looked up by the item's id through the index on
- * item_id (a btree, or a hash index in a database still at 0.1, which
- * matches hash codes: every row it returns is checked).  False if there is
- * no such item now.
+ * item_id (a btree, or a hash index in a database still at 0.1).  False if
+ * there is no such item now.
  */
 bool
 pgq_item_group_id(int64 item_id, int64 *group_id)
 {
 	PgqBlockScan scan;
-	ScanKeyData key;
-	bool		found = false;
+	bool		found;
 
 	last_found.item_id = 0;
 	pgq_item_scan_open(&scan, "items_item_id_idx", AccessShareLock);
-	if (scan.index->rd_rel->relam != BTREE_AM_OID &&
-		scan.index->rd_rel->relam != HASH_AM_OID)
-		elog(ERROR, "pgq.items_item_id_idx is neither a btree nor a hash index");
-	ScanKeyInit(&key, 1,
-				scan.index->rd_rel->relam == HASH_AM_OID ?
-				HTEqualStrategyNumber : BTEqualStrategyNumber,
-				F_INT8EQ, Int64GetDatum(item_id));
-	pgq_block_scan_keys(&scan, &key, 1);
-	while (!found && pgq_block_scan_next(&scan))
+	found = pgq_scan_find_id(&scan, item_id, Anum_items_item_id);
+	if (found)
 	{
 		bool		isnull;
 
-		if (DatumGetInt64(pgq_block_attr(&scan, Anum_items_item_id,
-										 &isnull)) != item_id)
-			continue;
 		*group_id = DatumGetInt64(pgq_block_attr(&scan, Anum_items_group_id,
 												 &isnull));
 		last_found.item_id = item_id;
 		last_found.group_id = *group_id;
 		last_found.lxid = CURRENT_LXID;
 		last_found.tid = scan.slot->tts_tid;
-		found = true;
 	}
 	pgq_block_scan_close(&scan);
 	return found;
