@@ -1023,7 +1023,10 @@ lock_from_hint(const PgqGroup *group, int limit, int taken, PgqClaimed *out,
 	pgq_xact_claiming(&group->ref, hint);
 	n = lock_pending_any(group, hint, limit, taken, out, cxt, &last);
 	/* ended, so that the count that decides a full scan is of holders */
-	pgq_xact_claiming_done_advance(gen, last > 0 ? last + 1 : 0);
+	pgq_xact_claiming_done_advance(gen, last <= 0 ? 0 :
+								   group->kind == PGQ_KIND_QUEUE ?
+								   pgq_item_position_after(last) :
+								   last + 1);
 	if (n < limit && hint > 0 && nheld < pgq_max_locks_per_session &&
 		pgq_full_scan_due(&group->ref, pgq_advisory_held_in_group(&group->ref)))
 	{

@@ -35,8 +35,9 @@ extern const char *pgq_item_state_name(char state);
  * An item's place in claim order, where items_pending_idx has it (priority
  * descending, then item id), as one number that grows along the index:
  * what an advisory-mode queue's hint is (invariant H1 in shmem.c).  Ids
- * take the low PGQ_ITEM_ID_BITS bits; an item whose id does not fit has no
- * place (0, before every item).
+ * take the low PGQ_ITEM_ID_BITS bits; an item whose id (or priority, set by
+ * hand) does not fit is given place 0, before every item, where a hint may
+ * always go.
  */
 #define PGQ_ITEM_ID_BITS	48
 #define PGQ_ITEM_ID_MASK	((INT64CONST(1) << PGQ_ITEM_ID_BITS) - 1)
@@ -44,10 +45,24 @@ extern const char *pgq_item_state_name(char state);
 static inline int64
 pgq_item_position(int32 priority, int64 item_id)
 {
-	if (item_id <= 0 || item_id > PGQ_ITEM_ID_MASK)
+	if (item_id <= 0 || item_id >= PGQ_ITEM_ID_MASK ||
+		priority < 0 || priority > PGQ_MAX_PRIORITY)
 		return 0;
 	return ((int64) (PGQ_MAX_PRIORITY - priority) << PGQ_ITEM_ID_BITS) |
 		item_id;
+}
+
+/*
+ * The place right after "position" (not 0), where a claim that found every
+ * item up to "position" consumed or held may move the hint.  Ids stop one
+ * short of the mask (above), so that this never carries into the priority:
+ * the next place is of the same priority.
+ */
+static inline int64
+pgq_item_position_after(int64 position)
+{
+	Assert(position > 0 && (position & PGQ_ITEM_ID_MASK) < PGQ_ITEM_ID_MASK);
+	return position + 1;
 }
 
 #endif							/* PGQ_QUEUE_H */
