@@ -251,16 +251,19 @@ pgq_xact_remember_retry(const PgqGroupRef *group, int64 block_id)
  * first of them at "position" in claim order (pgq_item_position()).  As for
  * a retried block, the queue's hint may move down to them only once they
  * are visible: at commit (invariant H1 in shmem.c).  Unlike a retry, they
- * are not counted as claimed: a queue is never taken for exhausted, and an
- * enqueue's cost stays one record per queue and statement.
+ * are not counted as claimed: a queue is never taken for exhausted.  A
+ * statement's record takes in the previous one's if that is among the last
+ * few (an enqueue adds a wake record after it), so that a transaction of
+ * many enqueues into a queue keeps one such record, and each call looks at
+ * few.
  */
 void
 pgq_xact_remember_pending(const PgqGroupRef *group, int64 position)
 {
 	int			level = GetCurrentTransactionNestLevel();
 
-	/* one record per queue and level, with the lowest place */
-	for (int i = nclaims - 1; i >= 0 && claims[i].nest_level == level; i--)
+	for (int i = nclaims - 1;
+		 i >= 0 && i >= nclaims - 4 && claims[i].nest_level == level; i--)
 	{
 		if (claims[i].kind == PGQ_REC_PENDING &&
 			same_group(&claims[i].group, group))
