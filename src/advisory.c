@@ -1596,8 +1596,14 @@ pgq_relock(PG_FUNCTION_ARGS)
 		pgq_xact_reserve(1);
 		(void) may_lock_more(0);	/* errors out at a limit */
 
-		/* a scan of one block: counted before it is taken (C1 in shmem.c) */
-		pgq_xact_claiming(&group.ref, block_id);
+		/*
+		 * A scan of one block, or item: counted before it is taken (C1 in
+		 * shmem.c).  Should it end in an error, the hint goes back to the
+		 * block, or to the start of the queue (an item's place is not known
+		 * yet).
+		 */
+		pgq_xact_claiming(&group.ref,
+						  group.kind == PGQ_KIND_QUEUE ? 0 : block_id);
 		pgq_xact_claiming_count(1);
 		if (take_block(&group, block_id, NULL, &block, CurrentMemoryContext))
 			regained[nregained++] = elems[i];

@@ -349,8 +349,6 @@ pgq_group_exhausted(PgqGroup *group)
 	 * count no such lock (H1 in shmem.c), and is pending again once the lock
 	 * goes.  The second walk runs only where the group would otherwise be
 	 * taken for exhausted: once per claim that ends for that reason.
-	 */
-	/*
 	 * Advisory-mode blocks that this session holds are pending rows: they
 	 * do not count (holding the last block, a claim for more finds none).
 	 */

@@ -579,7 +579,8 @@ pgq_hint_get(const PgqGroupRef *group, int64 *hint, uint64 *gen)
 }
 
 /*
- * Block block_id is claimable again (a claim undone, a retry committed, an
+ * A block (at "block_id"; for an advisory-mode queue, an item at that place
+ * in claim order) is claimable again (a claim undone, a retry committed, an
  * advisory lock let go), or held by the caller: the hint must not stay above
  * it.  Call it once the block is visible as claimable: a claim that reads
  * the new generation before then may move the hint past the block again.
