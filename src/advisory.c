@@ -1107,25 +1107,6 @@ holds_block(const PgqGroupRef *group, int64 block_id)
 }
 
 /*
- * pgq.retry() of an advisory-mode block or item: wait until no other session
- * holds its lock, and hold it, at transaction level, until this transaction
- * ends, after its commit lowered the hint to it.  A holder that finished the
- * block or item lets go of the lock at its own commit without lowering the
- * hint, as it was not pending then; a retry committed in between would leave
- * it pending below a hint that claims moved past it, locked, meanwhile (H1
- * in shmem.c).
- */
-void
-pgq_advisory_lock_for_retry(int64 id)
-{
-	LOCKTAG		tag;
-
-	check_installation();
-	set_tag(&tag, id, PGQ_LOCK_BLOCK, installation);
-	(void) LockAcquire(&tag, ExclusiveLock, false, false);
-}
-
-/*
  * Does this session hold the item (or block) of the group, and is this
  * transaction not already finishing it?  Once it does, and has changed the
  * row, pgq_xact_unlock_at_commit() lets go of it.

@@ -1698,8 +1698,6 @@ retry_item(int64 item_id)
 		if (pgq_lookup_block(item_id, &group))
 		{
 			pgq_check_privilege(&group, PGQ_PRIV_CONSUME);
-			if (group.mode == PGQ_MODE_ADVISORY)
-				pgq_advisory_lock_for_retry(item_id);
 			values[0] = Int64GetDatum(group.ref.group_id);
 			values[1] = Int64GetDatum(item_id);
 			/*
@@ -1741,8 +1739,6 @@ retry_item(int64 item_id)
 	}
 
 	pgq_check_privilege(&group, PGQ_PRIV_USE);
-	if (group.mode == PGQ_MODE_ADVISORY)
-		pgq_advisory_lock_for_retry(item_id);
 	/* an item with an ordering key becomes its key's head again */
 	pgq_ordering_check_retry(&group, item_id);
 	values[0] = Int64GetDatum(group.ref.group_id);

@@ -87,7 +87,9 @@ typedef struct PgqGroupKey
  *	items for blocks: what makes an item pending (an enqueue, an ordering
  *	key handed on, a retry) lowers the hint to it at commit
  *	(pgq_xact_remember_pending()), a session that gives an item back
- *	lowers it at once, and a full scan finds what was let go by hand.
+ *	lowers it at once, and a full scan finds what was let go by hand, and
+ *	an item that a retry made pending between its holder's commit and its
+ *	unlock (the holder does not lower the hint for an item it finished).
  *	Other queues' claims do not use a hint.  Worth the walk of the index
  *	entries of every item finished since the last vacuum, which took a
  *	quarter of an advisory item's cycle after 10 s (186 pages per claim).
