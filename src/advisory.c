@@ -837,44 +837,57 @@ lock_pending(const PgqGroup *group, int64 from, int limit, int taken,
 
 /*
  * Lock up to "limit" blocks whose retry came due, oldest first, as a walk of
- * the group's blocks in flight finds them (pgq_block_due()).  Due
- * blocks that others hold stay in the way: look a little further than
- * "limit", but not through all of them.  Due blocks left over wake the
- * group's waiting claims.
+ * the group's blocks in flight finds them (pgq_block_due()).  Due blocks
+ * that others hold stay due rows (an advisory claim writes nothing), in the
+ * way of the walk's earliest: look a little further than "limit" and, while
+ * every block looked at is held, twice as far again.  Due blocks left over
+ * wake the group's waiting claims.
  */
 static int
 lock_due(const PgqGroup *group, int limit, PgqClaimed *blocks,
 		 MemoryContext cxt)
 {
-	PgqDueBlock *due;
-	int			ndue;
+	int			want = Min(limit + PGQ_ADVISORY_BATCH, INT_MAX / 4);
 	int			n = 0;
-	int			i;
 
-	ndue = pgq_block_due(&group->ref, GetCurrentTimestamp(),
-						 Min(limit + PGQ_ADVISORY_BATCH, INT_MAX / 2), &due);
-	for (i = 0; i < ndue && n < limit; i++)
+	for (;;)
 	{
-		bool		taken;
+		PgqDueBlock *due;
+		int			ndue;
+		int			i;
+		bool		stop = false;
 
-		reserve_held();
-		pgq_xact_reserve(1);
-		if (!may_lock_more(n))
+		ndue = pgq_block_due(&group->ref, GetCurrentTimestamp(), want, &due);
+		for (i = 0; i < ndue && n < limit; i++)
+		{
+			bool		taken;
+
+			CHECK_FOR_INTERRUPTS();
+			reserve_held();
+			pgq_xact_reserve(1);
+			if (!may_lock_more(n))
+			{
+				stop = true;
+				break;
+			}
+
+			/* a scan of one block, counted before it is taken (C1 in shmem.c) */
+			pgq_xact_claiming(&group->ref, due[i].block_id);
+			pgq_xact_claiming_count(1);
+			taken = take_block(group, due[i].block_id, NULL, &blocks[n], cxt);
+			pgq_xact_claiming_done();
+			if (taken)
+				n++;
+		}
+		if (due != NULL)
+			pfree(due);
+		/* waiting claims did not look while this one did: some are left */
+		if (i < ndue)
+			pgq_wake_group(&group->ref);
+		if (n > 0 || stop || ndue < want || want >= INT_MAX / 8)
 			break;
-
-		/* a scan of one block, counted before it is taken (C1 in shmem.c) */
-		pgq_xact_claiming(&group->ref, due[i].block_id);
-		pgq_xact_claiming_count(1);
-		taken = take_block(group, due[i].block_id, NULL, &blocks[n], cxt);
-		pgq_xact_claiming_done();
-		if (taken)
-			n++;
+		want *= 2;
 	}
-	/* waiting claims did not look while this one did: some are left */
-	if (i < ndue)
-		pgq_wake_group(&group->ref);
-	if (due != NULL)
-		pfree(due);
 	return n;
 }
 
