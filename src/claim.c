@@ -340,7 +340,8 @@ pgq_group_exhausted(PgqGroup *group)
 
 	/* a lease that may run out, or a retry to come due */
 	if (group->mode != PGQ_MODE_TRANSACTION &&
-		pgq_block_any_deadline(&group->ref))
+		pgq_block_any_deadline(&group->ref,
+							   group->mode == PGQ_MODE_ADVISORY))
 		return false;
 
 	/*

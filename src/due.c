@@ -32,6 +32,7 @@
 #include "utils/timestamp.h"
 
 #include "pgq.h"
+#include "advisory.h"
 #include "blockscan.h"
 #include "due.h"
 #include "shmem.h"
@@ -203,10 +204,13 @@ learn_bound(const PgqGroupRef *group, uint64 gen, uint64 epoch)
  * *due gets (palloc'd) up to "max" of the blocks due by "now", earliest
  * deadline first, and their count is returned.  With max 0, the walk ends
  * at the first due block, or with "any_deadline", at the first deadline.
+ * With "skip_own", blocks that this session holds by advisory lock are
+ * passed over.
  */
 static int
 walk_due(const PgqGroupRef *group, TimestampTz now, int max,
-		 bool any_deadline, PgqDueBlock **due, TimestampTz *earliest)
+		 bool any_deadline, bool skip_own, PgqDueBlock **due,
+		 TimestampTz *earliest)
 {
 	PgqBlockScan scan;
 	ScanKeyData keys[2];
@@ -253,6 +257,12 @@ walk_due(const PgqGroupRef *group, TimestampTz now, int max,
 													  Anum_blocks_lease_until,
 													  &isnull));
 		if (isnull)
+			continue;
+		if (skip_own &&
+			pgq_advisory_holds(group,
+							   DatumGetInt64(pgq_block_attr(&scan,
+															Anum_blocks_block_id,
+															&isnull))))
 			continue;
 		*earliest = Min(*earliest, deadline);
 		if (any_deadline)
@@ -336,7 +346,7 @@ pgq_block_due(const PgqGroupRef *group, TimestampTz now, int max,
 		my_look.since = now;
 		my_look.active = true;
 	}
-	n = walk_due(group, now, max, false, due, &earliest);
+	n = walk_due(group, now, max, false, false, due, &earliest);
 	if (!own)
 	{
 		PGQ_INJECTION_POINT("pgq-due-look-walked");
@@ -369,13 +379,16 @@ pgq_block_due_abort(void)
 /*
  * Has the group a block claimed under a lease or waiting for a retry, with a
  * deadline?  A group that has one is not exhausted: the lease may run out,
- * the retry will come due.
+ * the retry will come due.  With "skip_own", an advisory-mode retry that
+ * this session holds does not count: it holds it, and a claim of it cannot
+ * take it.
  */
 bool
-pgq_block_any_deadline(const PgqGroupRef *group)
+pgq_block_any_deadline(const PgqGroupRef *group, bool skip_own)
 {
 	TimestampTz earliest;
 
-	(void) walk_due(group, GetCurrentTimestamp(), 0, true, NULL, &earliest);
+	(void) walk_due(group, GetCurrentTimestamp(), 0, true, skip_own, NULL,
+					&earliest);
 	return earliest != DT_NOEND;
 }

@@ -25,7 +25,7 @@ typedef struct PgqDueBlock
 
 extern int	pgq_block_due(const PgqGroupRef *group, TimestampTz now, int max,
 						  PgqDueBlock **due);
-extern bool pgq_block_any_deadline(const PgqGroupRef *group);
+extern bool pgq_block_any_deadline(const PgqGroupRef *group, bool skip_own);
 extern void pgq_block_due_abort(void);
 extern uint64 pgq_block_inflight_epoch(void);
 
