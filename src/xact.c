@@ -254,7 +254,8 @@ pgq_xact_remember_retry(const PgqGroupRef *group, int64 block_id)
  * are not counted as claimed: a queue is never taken for exhausted.  A
  * statement's record takes in the previous one's if that is among the last
  * few (an enqueue adds a wake record after it), so that each call looks at
- * few records and a transaction of many enqueues keeps few of these.
+ * few records (a transaction of many enqueues still keeps a wake record per
+ * call).
  */
 void
 pgq_xact_remember_pending(const PgqGroupRef *group, int64 position)
