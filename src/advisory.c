@@ -840,8 +840,9 @@ lock_pending(const PgqGroup *group, int64 from, int limit, int taken,
  * the group's blocks in flight finds them (pgq_block_due()).  Due blocks
  * that others hold stay due rows (an advisory claim writes nothing), in the
  * way of the walk's earliest: look a little further than "limit" and, while
- * every block looked at is held, twice as far again.  Due blocks left over
- * wake the group's waiting claims.
+ * that comes up short with the window full, twice as far again.  Due blocks
+ * left over, or maybe left past a full window, wake the group's waiting
+ * claims.
  */
 static int
 lock_due(const PgqGroup *group, int limit, PgqClaimed *blocks,
@@ -881,10 +882,13 @@ lock_due(const PgqGroup *group, int limit, PgqClaimed *blocks,
 		}
 		if (due != NULL)
 			pfree(due);
-		/* waiting claims did not look while this one did: some are left */
-		if (i < ndue)
+		/*
+		 * Waiting claims did not look while this one did: wake them if some
+		 * are left, or may be, past a full window.
+		 */
+		if (i < ndue || ndue == want)
 			pgq_wake_group(&group->ref);
-		if (n > 0 || stop || ndue < want || want >= INT_MAX / 8)
+		if (n >= limit || stop || ndue < want || want >= INT_MAX / 8)
 			break;
 		want *= 2;
 	}
@@ -1117,6 +1121,17 @@ holds_block(const PgqGroupRef *group, int64 block_id)
 	return i >= 0 &&
 		lock_held(block_id, PGQ_LOCK_BLOCK, held[i].installation) &&
 		!pgq_xact_unlocking(block_id);
+}
+
+/*
+ * Is block_id (or an item) of the group in this session's held list, even
+ * if this transaction is completing or failing it?  Blocks the session holds
+ * do not keep its own waiting claims from taking the group for exhausted.
+ */
+bool
+pgq_advisory_held_here(const PgqGroupRef *group, int64 id)
+{
+	return find_held_in(group, id) >= 0;
 }
 
 /*

@@ -21,6 +21,7 @@ extern int	pgq_advisory_claim(const PgqGroup *group, int max_blocks,
 extern int	pgq_advisory_claim_items(const PgqGroup *group, int max_items,
 									 PgqClaimed *items, MemoryContext cxt);
 extern bool pgq_advisory_holds(const PgqGroupRef *group, int64 id);
+extern bool pgq_advisory_held_here(const PgqGroupRef *group, int64 id);
 extern bool pgq_advisory_complete(const PgqGroup *group, int64 block_id);
 extern bool pgq_advisory_release(const PgqGroup *group, int64 block_id);
 extern bool pgq_advisory_fail(const PgqGroup *group, int64 block_id,

@@ -259,7 +259,7 @@ walk_due(const PgqGroupRef *group, TimestampTz now, int max,
 		if (isnull)
 			continue;
 		if (skip_own &&
-			pgq_advisory_holds(group,
+			pgq_advisory_held_here(group,
 							   DatumGetInt64(pgq_block_attr(&scan,
 															Anum_blocks_block_id,
 															&isnull))))
