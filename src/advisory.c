@@ -1064,46 +1064,34 @@ lock_from_hint(const PgqGroup *group, int limit, int taken, PgqClaimed *out,
 }
 
 /*
- * Claim up to max_blocks blocks of an advisory-mode group: retries that came
- * due, then pending blocks from the hint, then below it (lock_from_hint()).
+ * Claim up to max_blocks blocks of an advisory-mode group, or items of an
+ * advisory-mode queue, into blocks[] (in cxt), writing nothing: retries
+ * (and delayed items) that came due, oldest first, then pending ones from
+ * the hint, then below it (lock_from_hint()).  Blocks come back in block id
+ * order; items in the order found, which queue.c sorts into claim order.
+ *
+ * For a queue the hint is a place in claim order, and keeps claims from
+ * walking the index entries of every item finished since the last vacuum.
+ * Each item is held by a session-level advisory lock until pgq.complete()
+ * or pgq.fail() commits, pgq.release() gives it back or the session ends;
+ * the item's row stays as it was, so that a claim lost with the session's
+ * locks (a restart, a failover) leaves it claimable.
  */
 int
 pgq_advisory_claim(const PgqGroup *group, int max_blocks,
 				   PgqClaimed *blocks, MemoryContext cxt)
 {
+	bool		items = group->kind == PGQ_KIND_QUEUE;
 	int			n;
 
 	check_installation();
 	forget_lost_locks();
-	n = lock_due(group, max_blocks, blocks, cxt);
+	n = items ? lock_due_items(group, max_blocks, blocks, cxt) :
+		lock_due(group, max_blocks, blocks, cxt);
 	if (n < max_blocks)
 		n += lock_from_hint(group, max_blocks - n, n, blocks + n, cxt);
-	qsort(blocks, n, sizeof(PgqClaimed), pgq_compare_claimed);
-	return n;
-}
-
-/*
- * Claim up to max_items items of an advisory-mode queue into items[] (in
- * cxt), writing nothing: retries and delayed items that came due, oldest
- * first, then pending ones from the queue's hint, a place in claim order,
- * and below it (lock_from_hint()): the hint keeps claims from walking the
- * index entries of every item finished since the last vacuum.  Each item is
- * held by a session-level advisory lock until pgq.complete() or pgq.fail()
- * commits, pgq.release() gives it back or the session ends; the item's row
- * stays as it was, so that a claim lost with the session's locks (a
- * restart, a failover) leaves it claimable.
- */
-int
-pgq_advisory_claim_items(const PgqGroup *group, int max_items,
-						 PgqClaimed *items, MemoryContext cxt)
-{
-	int			n;
-
-	check_installation();
-	forget_lost_locks();
-	n = lock_due_items(group, max_items, items, cxt);
-	if (n < max_items)
-		n += lock_from_hint(group, max_items - n, n, items + n, cxt);
+	if (!items)
+		qsort(blocks, n, sizeof(PgqClaimed), pgq_compare_claimed);
 	return n;
 }
 

@@ -18,8 +18,6 @@ extern void pgq_advisory_init(void);
 extern void pgq_advisory_check_worker_held(int64 worker_id);
 extern int	pgq_advisory_claim(const PgqGroup *group, int max_blocks,
 							   PgqClaimed *blocks, MemoryContext cxt);
-extern int	pgq_advisory_claim_items(const PgqGroup *group, int max_items,
-									 PgqClaimed *items, MemoryContext cxt);
 extern bool pgq_advisory_holds(const PgqGroupRef *group, int64 id);
 extern bool pgq_advisory_held_here(const PgqGroupRef *group, int64 id);
 extern bool pgq_advisory_complete(const PgqGroup *group, int64 block_id);

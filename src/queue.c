@@ -879,7 +879,7 @@ pgq_queue_claim(const PgqGroup *group, int max_items, PgqClaimed *items,
 
 	if (group->mode == PGQ_MODE_ADVISORY)
 	{
-		n = pgq_advisory_claim_items(group, max_items, items, cxt);
+		n = pgq_advisory_claim(group, max_items, items, cxt);
 		qsort(items, n, sizeof(PgqClaimed), compare_items);
 		return n;
 	}
