@@ -91,17 +91,6 @@ SELECT pg_catalog.pg_extension_config_dump('pgq.epoch_seq', '');
 ALTER TABLE pgq.blocks ADD COLUMN tries integer, ADD COLUMN epoch integer;
 ALTER TABLE pgq.items ADD COLUMN tries integer, ADD COLUMN epoch integer;
 
--- The next attempt number of an item that a lease-mode queue's claim
--- takes, in the claim's own statement (lease.c says how it is chosen).
--- Only pgq.claim() calls it: called otherwise, it raises an error.
-CREATE FUNCTION pgq.next_attempt(attempt integer, epoch integer, xmin xid)
-RETURNS integer
-AS 'MODULE_PATHNAME', 'pgq_next_attempt'
-LANGUAGE C VOLATILE;
-
-COMMENT ON FUNCTION pgq.next_attempt(integer, integer, xid) IS
-'the attempt number of a lease claim of a queue item (called by pgq.claim)';
-
 -- Lease claims are HOT updates: no index names a column that a claim changes
 -- (state, attempt, lease_until), and more than half of each page is kept
 -- free for the new row versions of a claim of many blocks (a claimed block's

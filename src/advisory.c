@@ -973,34 +973,17 @@ static int
 lock_pending_items(const PgqGroup *group, int64 from, int limit, int taken,
 				   PgqClaimed *items, MemoryContext cxt, int64 *last)
 {
-	int32		priority = PGQ_MAX_PRIORITY - (int32) (from >> PGQ_ITEM_ID_BITS);
 	PgqBlockScan scan;
 	int			n = 0;
 	bool		stop = false;
 
 	*last = 0;
 	pgq_item_scan_open(&scan, "items_pending_idx", AccessShareLock);
-	for (int pass = 0; pass < (from > 0 ? 2 : 1) && n < limit && !stop; pass++)
-	{
-		ScanKeyData keys[3];
-		int			nkeys = 1;
-
-		ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_INT8EQ,
-					Int64GetDatum(group->ref.group_id));
-		if (from > 0 && pass == 0)
-		{
-			ScanKeyInit(&keys[nkeys++], 2, BTEqualStrategyNumber, F_INT4EQ,
-						Int32GetDatum(priority));
-			ScanKeyInit(&keys[nkeys++], 3, BTGreaterEqualStrategyNumber,
-						F_INT8GE, Int64GetDatum(from & PGQ_ITEM_ID_MASK));
-		}
-		else if (from > 0)
-			ScanKeyInit(&keys[nkeys++], 2, BTLessStrategyNumber, F_INT4LT,
-						Int32GetDatum(priority));
-		pgq_block_scan_keys(&scan, keys, nkeys);
+	for (int pass = 0; n < limit && !stop &&
+		 pgq_item_scan_pending_pass(&scan, group->ref.group_id, from, pass);
+		 pass++)
 		n += lock_candidates(group, &scan, 'p', limit - n, taken + n,
 							 items + n, cxt, last, &stop);
-	}
 	pgq_block_scan_close(&scan);
 	return n;
 }

@@ -49,6 +49,7 @@
 
 #include "pgq.h"
 #include "blockscan.h"
+#include "queue.h"
 
 /* Block ids a claim's first pass looks at beyond twice the blocks it asks for */
 #define PGQ_CLAIM_WINDOW	16
@@ -535,6 +536,117 @@ pgq_block_scan_close(PgqBlockScan *scan)
 }
 
 /*
+ * Open pgq.blocks or pgq.items ("table") and one of its indexes to change
+ * rows that a scan of the index finds.  The new versions' index entries go
+ * in through the executor's code, which wants an EState and a
+ * ResultRelInfo; in the EState's memory, so that a waiting claim's attempts
+ * do not pile them up.  With no range table entry, the index AMs are not
+ * told which columns changed: they take every update as not changing their
+ * keys, a hint for cleanup only.
+ */
+void
+pgq_writer_open(PgqRowWriter *w, const char *table, const char *index_name)
+{
+	if (strcmp(table, "items") == 0)
+		pgq_item_scan_open(&w->scan, index_name, RowExclusiveLock);
+	else
+		pgq_block_scan_open(&w->scan, index_name, RowExclusiveLock);
+	w->estate = CreateExecutorState();
+	w->rri = pgq_result_rel(w->estate, w->scan.heap);
+	w->newslot = table_slot_create(w->scan.heap, NULL);
+	w->cid = GetCurrentCommandId(true);
+}
+
+/* Close what pgq_writer_open() opened; the command counter moves if "wrote". */
+void
+pgq_writer_close(PgqRowWriter *w, bool wrote)
+{
+	ExecDropSingleTupleTableSlot(w->newslot);
+	ExecCloseIndices(w->rri);
+	FreeExecutorState(w->estate);
+	pgq_block_scan_close(&w->scan);
+	if (wrote)
+		CommandCounterIncrement();
+}
+
+/*
+ * Lock the row version in w->scan.slot, or pass it over (false) if another
+ * transaction is changing it (claiming it) or changed it since the scan's
+ * snapshot, as FOR UPDATE SKIP LOCKED would.  heap_update() cannot be asked
+ * not to wait itself.  On success the slot holds the locked version, every
+ * column extracted.
+ */
+bool
+pgq_writer_lock(PgqRowWriter *w)
+{
+	TupleTableSlot *old = w->scan.slot;
+	TM_FailureData tmfd;
+
+	if (table_tuple_lock(w->scan.heap, &old->tts_tid, w->scan.snapshot, old,
+						 w->cid, LockTupleNoKeyExclusive, LockWaitSkip, 0,
+						 &tmfd) != TM_Ok)
+		return false;
+	slot_getallattrs(old);
+	return true;
+}
+
+/*
+ * The new version of the locked row in w->scan.slot, to be changed by the
+ * caller and then written by pgq_writer_update(): a copy of every column.
+ * What the caller allocates for it belongs in
+ * GetPerTupleMemoryContext(w->estate).
+ */
+TupleTableSlot *
+pgq_writer_new_version(PgqRowWriter *w)
+{
+	TupleTableSlot *old = w->scan.slot;
+	int			natts = old->tts_tupleDescriptor->natts;
+
+	ExecClearTuple(w->newslot);
+	memcpy(w->newslot->tts_values, old->tts_values, natts * sizeof(Datum));
+	memcpy(w->newslot->tts_isnull, old->tts_isnull, natts * sizeof(bool));
+	return w->newslot;
+}
+
+/*
+ * Replace the locked row in w->scan.slot by the new version the caller
+ * filled in, with its index entries (none when the update is HOT).
+ */
+void
+pgq_writer_update(PgqRowWriter *w)
+{
+	TupleTableSlot *old = w->scan.slot;
+	TupleTableSlot *newslot = w->newslot;
+	TM_FailureData tmfd;
+	LockTupleMode lockmode;
+	MemoryContext oldcxt;
+#if PG_VERSION_NUM >= 160000
+	TU_UpdateIndexes update_indexes;
+#else
+	bool		update_indexes;
+#endif
+
+	oldcxt = MemoryContextSwitchTo(GetPerTupleMemoryContext(w->estate));
+	ExecStoreVirtualTuple(newslot);
+	if (table_tuple_update(w->scan.heap, &old->tts_tid, newslot, w->cid,
+						   w->scan.snapshot, InvalidSnapshot, true,
+						   &tmfd, &lockmode, &update_indexes) != TM_Ok)
+		elog(ERROR, "could not update a locked row of \"%s\"",
+			 RelationGetRelationName(w->scan.heap));
+#if PG_VERSION_NUM >= 160000
+	if (update_indexes != TU_None)
+		ExecInsertIndexTuples(w->rri, newslot, w->estate, true, false, NULL,
+							  NIL, update_indexes == TU_Summarizing);
+#else
+	if (update_indexes)
+		ExecInsertIndexTuples(w->rri, newslot, w->estate, true, false, NULL,
+							  NIL);
+#endif
+	MemoryContextSwitchTo(oldcxt);
+	ResetPerTupleExprContext(w->estate);
+}
+
+/*
  * Keys for the blocks of a group with block ids in [from, to), on the
  * primary key (group_id, block_id).
  */
@@ -569,6 +681,39 @@ pgq_block_scan_claim_pass(PgqBlockScan *scan, int64 group_id, int64 from,
 	else
 		range_keys(keys, group_id, from + window, PG_INT64_MAX);
 	pgq_block_scan_keys(scan, keys, 3);
+}
+
+/*
+ * Set up pass "pass" (0, then 1) of a walk of a queue's pending items from
+ * place "from" in claim order on (pgq_item_position(); 0: from the start),
+ * on items_pending_idx, (group_id, priority DESC, item_id): the rest of
+ * from's priority, then the lower priorities.  False if there is no such
+ * pass: a walk from the start takes one.
+ */
+bool
+pgq_item_scan_pending_pass(PgqBlockScan *scan, int64 group_id, int64 from,
+						   int pass)
+{
+	int32		priority = PGQ_MAX_PRIORITY - (int32) (from >> PGQ_ITEM_ID_BITS);
+	ScanKeyData keys[3];
+	int			nkeys = 1;
+
+	if (pass > (from > 0 ? 1 : 0))
+		return false;
+	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_INT8EQ,
+				Int64GetDatum(group_id));
+	if (from > 0 && pass == 0)
+	{
+		ScanKeyInit(&keys[nkeys++], 2, BTEqualStrategyNumber, F_INT4EQ,
+					Int32GetDatum(priority));
+		ScanKeyInit(&keys[nkeys++], 3, BTGreaterEqualStrategyNumber,
+					F_INT8GE, Int64GetDatum(from & PGQ_ITEM_ID_MASK));
+	}
+	else if (from > 0)
+		ScanKeyInit(&keys[nkeys++], 2, BTLessStrategyNumber, F_INT4LT,
+					Int32GetDatum(priority));
+	pgq_block_scan_keys(scan, keys, nkeys);
+	return true;
 }
 
 /*

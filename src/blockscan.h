@@ -32,6 +32,10 @@
 #define Anum_blocks_tries		8	/* from 0.2 */
 #define Anum_blocks_epoch		9	/* from 0.2 */
 
+/* pgq.items.state of a pending item, and of one claimed under a lease */
+#define PGQ_ITEM_PENDING	'p'
+#define PGQ_ITEM_CLAIMED	'c'
+
 /* columns of pgq.items that C code reads or writes directly (pgq--0.1.sql) */
 #define Anum_items_group_id		1
 #define Anum_items_item_id		2
@@ -47,6 +51,7 @@
 #define Anum_items_enqueued_at	14
 #define Anum_items_finished_at	15
 #define Natts_items				15
+#define Anum_items_tries		16	/* from 0.2 */
 #define Anum_items_epoch		17	/* from 0.2 */
 #define Anum_items_ordering_key	18	/* from 0.2 */
 
@@ -59,6 +64,19 @@ typedef struct PgqBlockScan
 	IndexScanDesc scan;
 	TupleTableSlot *slot;		/* the current row */
 } PgqBlockScan;
+
+/*
+ * Changes to rows of pgq.blocks or pgq.items that an index scan finds,
+ * without SQL: the hot paths of lease claims (see pgq_writer_open()).
+ */
+typedef struct PgqRowWriter
+{
+	PgqBlockScan scan;
+	EState	   *estate;
+	ResultRelInfo *rri;
+	TupleTableSlot *newslot;
+	CommandId	cid;
+} PgqRowWriter;
 
 extern Relation pgq_open_rel(const char *name, LOCKMODE lockmode);
 extern Oid	pgq_rel_oid(const char *name);
@@ -74,6 +92,8 @@ extern bool pgq_block_refetch(PgqBlockScan *scan, ItemPointer tid);
 extern void pgq_block_scan_close(PgqBlockScan *scan);
 extern void pgq_block_scan_claim_pass(PgqBlockScan *scan, int64 group_id,
 									  int64 from, int limit, int pass);
+extern bool pgq_item_scan_pending_pass(PgqBlockScan *scan, int64 group_id,
+									   int64 from, int pass);
 extern void pgq_block_key(ScanKey keys, int64 group_id, int64 block_id);
 extern Datum pgq_block_attr(PgqBlockScan *scan, AttrNumber attnum,
 							bool *isnull);
@@ -81,5 +101,11 @@ extern bool pgq_scan_find_id(PgqBlockScan *scan, int64 id, AttrNumber id_att);
 extern bool pgq_block_group_id(int64 block_id, int64 *group_id);
 extern bool pgq_block_delete(int64 group_id, int64 block_id,
 							 const int32 *attempt);
+extern void pgq_writer_open(PgqRowWriter *w, const char *table,
+							const char *index_name);
+extern void pgq_writer_close(PgqRowWriter *w, bool wrote);
+extern bool pgq_writer_lock(PgqRowWriter *w);
+extern TupleTableSlot *pgq_writer_new_version(PgqRowWriter *w);
+extern void pgq_writer_update(PgqRowWriter *w);
 
 #endif							/* PGQ_BLOCKSCAN_H */

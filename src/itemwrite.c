@@ -19,6 +19,7 @@
  */
 #include "postgres.h"
 
+#include "access/htup_details.h"
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "executor/executor.h"
@@ -31,6 +32,9 @@
 #include "pgq.h"
 #include "blockscan.h"
 #include "itemwrite.h"
+#include "lease.h"
+#include "queue.h"
+#include "xact.h"
 
 #if PG_VERSION_NUM >= 170000
 #define CURRENT_LXID	(MyProc->vxid.lxid)
@@ -237,4 +241,118 @@ pgq_item_finish_held(int64 group_id, int64 item_id, NullableDatum result,
 			return false;
 		/* changed and committed meanwhile: look at the new version */
 	}
+}
+
+/*
+ * A detoasted copy, in the current memory context, of a column of the row
+ * in "slot" (every column extracted), or 0 if it is NULL.
+ */
+static Datum
+copy_column(TupleTableSlot *slot, AttrNumber attnum)
+{
+	if (slot->tts_isnull[attnum - 1])
+		return (Datum) 0;
+	return PointerGetDatum(PG_DETOAST_DATUM_COPY(slot->tts_values[attnum - 1]));
+}
+
+/*
+ * Claim the locked pending item in w->scan.slot under a lease until
+ * "until", with the next attempt number ("epoch": 0.2's fenced numbers, or
+ * -1 in a database still at 0.1), and hand it to the caller in cxt.
+ */
+static void
+claim_item(PgqRowWriter *w, TimestampTz until, int32 epoch, PgqClaimed *item,
+		   MemoryContext cxt)
+{
+	TupleTableSlot *old = w->scan.slot;
+	TupleTableSlot *newslot = pgq_writer_new_version(w);
+	int32		attempt = DatumGetInt32(old->tts_values[Anum_items_attempt - 1]);
+	MemoryContext oldcxt;
+
+	if (epoch >= 0)
+	{
+		bool		isnull;
+		TransactionId xmin;
+		int32		tries = attempt;
+
+		/* not claimed since the update from 0.1: its attempt counts them */
+		if (!old->tts_isnull[Anum_items_tries - 1])
+			tries = DatumGetInt32(old->tts_values[Anum_items_tries - 1]);
+		xmin = DatumGetTransactionId(slot_getsysattr(old,
+													 MinTransactionIdAttributeNumber,
+													 &isnull));
+		attempt = pgq_lease_next_attempt(attempt,
+										 old->tts_isnull[Anum_items_epoch - 1],
+										 DatumGetInt32(old->tts_values[Anum_items_epoch - 1]),
+										 xmin);
+		newslot->tts_values[Anum_items_tries - 1] = Int32GetDatum(tries + 1);
+		newslot->tts_isnull[Anum_items_tries - 1] = false;
+		newslot->tts_values[Anum_items_epoch - 1] = Int32GetDatum(epoch);
+		newslot->tts_isnull[Anum_items_epoch - 1] = false;
+	}
+	else
+		attempt++;
+	newslot->tts_values[Anum_items_state - 1] = CharGetDatum(PGQ_ITEM_CLAIMED);
+	newslot->tts_values[Anum_items_attempt - 1] = Int32GetDatum(attempt);
+	newslot->tts_values[Anum_items_due_at - 1] = TimestampTzGetDatum(until);
+	newslot->tts_isnull[Anum_items_due_at - 1] = false;
+	pgq_writer_update(w);
+
+	oldcxt = MemoryContextSwitchTo(cxt);
+	item->id = DatumGetInt64(old->tts_values[Anum_items_item_id - 1]);
+	item->attempt = attempt;
+	item->ids = (Datum) 0;
+	item->payload = copy_column(old, Anum_items_payload);
+	item->data = copy_column(old, Anum_items_data);
+	item->key = copy_column(old, Anum_items_key);
+	item->priority = DatumGetInt32(old->tts_values[Anum_items_priority - 1]);
+	MemoryContextSwitchTo(oldcxt);
+}
+
+/*
+ * Claim up to "limit" pending items of a lease-mode queue under a lease
+ * until "until", from place "from" in claim order on
+ * (pgq_item_scan_pending_pass()), into items[] (in cxt): every lease claim
+ * of items, without SQL.  Each pending item is locked, skipping those that
+ * other transactions are changing (claiming), as FOR UPDATE SKIP LOCKED
+ * would, and those changed since the scan's snapshot, which are no longer
+ * pending, and then updated to claimed.  *last gets the place of the last
+ * candidate looked at (0 if none).
+ */
+int
+pgq_item_claim_pending(const PgqGroupRef *group, int64 from, int limit,
+					   TimestampTz until, PgqClaimed *items,
+					   MemoryContext cxt, int64 *last)
+{
+	PgqRowWriter w;
+	int32		epoch = -1;
+	int			n = 0;
+
+	*last = 0;
+	pgq_writer_open(&w, "items", "items_pending_idx");
+	if (RelationGetDescr(w.scan.heap)->natts >= Anum_items_epoch)
+		epoch = pgq_lease_epoch();
+	else
+		pgq_lease_durable();
+	for (int pass = 0; n < limit &&
+		 pgq_item_scan_pending_pass(&w.scan, group->group_id, from, pass);
+		 pass++)
+	{
+		while (n < limit && pgq_block_scan_next(&w.scan))
+		{
+			TupleTableSlot *old = w.scan.slot;
+
+			slot_getallattrs(old);
+			*last = pgq_item_position(DatumGetInt32(old->tts_values[Anum_items_priority - 1]),
+									  DatumGetInt64(old->tts_values[Anum_items_item_id - 1]));
+			if (DatumGetChar(old->tts_values[Anum_items_state - 1]) != PGQ_ITEM_PENDING)
+				continue;
+			pgq_xact_claiming_count(limit - n);
+			if (!pgq_writer_lock(&w))
+				continue;
+			claim_item(&w, until, epoch, &items[n++], cxt);
+		}
+	}
+	pgq_writer_close(&w, n > 0);
+	return n;
 }

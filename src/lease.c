@@ -57,8 +57,6 @@
 #include "wait.h"
 #include "xact.h"
 
-PG_FUNCTION_INFO_V1(pgq_next_attempt);
-
 /*
  * Lease claims and durability
  *
@@ -147,8 +145,6 @@ static Oid	my_epoch_seq = InvalidOid;
 static int32 my_epoch = 0;
 static bool my_epoch_read = false;
 
-/* pgq.next_attempt() may run: a claim of queue items runs its statement */
-static bool items_claiming = false;
 
 /* The latest commit that this claim's numbers wait for (see above). */
 static bool reclaimed = false;
@@ -458,13 +454,15 @@ pgq_lease_promoted(TransactionId xmin)
 }
 
 /*
- * The attempt number of a new claim of a block whose row version has
- * "attempt", "epoch" (NULL in blocks made before the update from 0.1) and
- * "xmin" (see the rules above).  Notes what the claim must wait for before
- * its numbers are handed out.
+ * The attempt number of a new claim of a block (or a queue's item) whose
+ * row version has "attempt", "epoch" (NULL in rows made before the update
+ * from 0.1) and "xmin" (see the rules above).  Notes what the claim must
+ * wait for before its numbers are handed out (pgq_lease_claim_done()); the
+ * claim learned the epoch first (pgq_lease_epoch()).
  */
-static int32
-next_attempt(int32 attempt, bool epoch_isnull, int32 epoch, TransactionId xmin)
+int32
+pgq_lease_next_attempt(int32 attempt, bool epoch_isnull, int32 epoch,
+					   TransactionId xmin)
 {
 	int64		next = (int64) attempt + 1;
 
@@ -484,39 +482,8 @@ next_attempt(int32 attempt, bool epoch_isnull, int32 epoch, TransactionId xmin)
 }
 
 /*
- * A claim of queue items starts ("on") or ends running its statement, which
- * calls pgq.next_attempt().
- */
-void
-pgq_lease_items_claiming(bool on)
-{
-	items_claiming = on;
-}
-
-/*
- * pgq.next_attempt(attempt, epoch, xmin) -> integer
- *
- * next_attempt() for the statement that claims queue items, and only there:
- * the claim learned the epoch before, and the xmin is a row's, whose commit
- * status can be read.
- */
-Datum
-pgq_next_attempt(PG_FUNCTION_ARGS)
-{
-	if (!items_claiming || !OidIsValid(my_epoch_seq))
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("pgq.next_attempt() is called by pgq.claim() only")));
-	if (PG_ARGISNULL(0) || PG_ARGISNULL(2))
-		PG_RETURN_NULL();
-	PG_RETURN_INT32(next_attempt(PG_GETARG_INT32(0), PG_ARGISNULL(1),
-								 PG_ARGISNULL(1) ? 0 : PG_GETARG_INT32(1),
-								 DatumGetTransactionId(PG_GETARG_DATUM(2))));
-}
-
-/*
- * Wait for what next_attempt() noted: the claims before this one of the
- * blocks it took again.
+ * Wait for what pgq_lease_next_attempt() noted: the claims before this one
+ * of the blocks (and items) it took again.
  */
 static void
 wait_reclaimed(void)
@@ -562,8 +529,8 @@ pgq_lease_claim_async(void)
 
 /*
  * A lease claim ended: before its numbers are handed out, wait for the
- * claims before them (next_attempt()).  WAL written from here on is someone
- * else's.
+ * claims before them (pgq_lease_next_attempt()).  WAL written from here on
+ * is someone else's.
  */
 void
 pgq_lease_claim_done(void)
@@ -632,88 +599,38 @@ pgq_lease_xact_end(void)
 	other_writes = false;
 	durable_xact = false;
 	claim_running = false;
-	items_claiming = false;
 	reclaimed = false;
 	reclaimed_lsn = InvalidXLogRecPtr;
 }
 
 /*
- * Where a claim changes pgq.blocks: the table and its kept indexes, opened
- * for the executor's index code.
+ * Where a claim changes pgq.blocks: the table, its kept indexes and a scan
+ * of its primary key (pgq_writer_open()).  Mostly there are no index
+ * entries to add: a claim is a HOT update when the block's page has room.
  */
 typedef struct BlockWriter
 {
-	PgqBlockScan scan;
-	EState	   *estate;
-	ResultRelInfo *rri;
-	TupleTableSlot *newslot;
-	CommandId	cid;
+	PgqRowWriter row;
 	bool		fenced;			/* pgq.blocks has tries and epoch (0.2) */
 } BlockWriter;
 
-/*
- * Open pgq.blocks to claim blocks, with a scan of its primary key.  The new
- * versions' index entries go in through the executor's code, which wants an
- * EState and a ResultRelInfo; in the EState's memory, so that a waiting
- * claim's attempts do not pile them up.  With no range table entry, the
- * index AMs are not told which columns changed: they take every update as
- * not changing their keys, a hint for cleanup only, and true of every index
- * of pgq.blocks.  Mostly there are no entries to add: a claim is a HOT
- * update when the block's page has room.
- */
+/* Open pgq.blocks to claim blocks, and learn the epoch or make it durable. */
 static void
 writer_open(BlockWriter *w)
 {
-	pgq_block_scan_open(&w->scan, "blocks_pkey", RowExclusiveLock);
-	w->estate = CreateExecutorState();
-	w->rri = pgq_result_rel(w->estate, w->scan.heap);
-	w->newslot = table_slot_create(w->scan.heap, NULL);
-	w->cid = GetCurrentCommandId(true);
-	w->fenced = RelationGetDescr(w->scan.heap)->natts >= Anum_blocks_epoch;
+	pgq_writer_open(&w->row, "blocks", "blocks_pkey");
+	w->fenced = RelationGetDescr(w->row.scan.heap)->natts >= Anum_blocks_epoch;
 	if (w->fenced)
 		know_epoch(pgq_rel_oid("epoch_seq"));
 	else
 		pgq_lease_durable();
 }
 
-/* Close what writer_open() opened; the command counter moves if "wrote". */
-static void
-writer_close(BlockWriter *w, bool wrote)
-{
-	ExecDropSingleTupleTableSlot(w->newslot);
-	ExecCloseIndices(w->rri);
-	FreeExecutorState(w->estate);
-	pgq_block_scan_close(&w->scan);
-	if (wrote)
-		CommandCounterIncrement();
-}
-
-/*
- * Lock the row version in w->scan.slot, or pass it over (false) if another
- * transaction is changing it (claiming it) or changed it since the scan's
- * snapshot, as FOR UPDATE SKIP LOCKED would.  heap_update() cannot be asked
- * not to wait itself.  On success the slot holds the locked version, every
- * column extracted.
- */
-static bool
-writer_lock(BlockWriter *w)
-{
-	TupleTableSlot *old = w->scan.slot;
-	TM_FailureData tmfd;
-
-	if (table_tuple_lock(w->scan.heap, &old->tts_tid, w->scan.snapshot, old,
-						 w->cid, LockTupleNoKeyExclusive, LockWaitSkip, 0,
-						 &tmfd) != TM_Ok)
-		return false;
-	slot_getallattrs(old);
-	return true;
-}
-
-/* The claims counted of the locked block in w->scan.slot (fenced only). */
+/* The claims counted of the locked block in w->row.scan.slot (fenced only). */
 static int32
 block_tries(BlockWriter *w)
 {
-	TupleTableSlot *old = w->scan.slot;
+	TupleTableSlot *old = w->row.scan.slot;
 
 	/* not claimed since the update from 0.1: its attempt counts them */
 	if (old->tts_isnull[Anum_blocks_tries - 1])
@@ -722,7 +639,7 @@ block_tries(BlockWriter *w)
 }
 
 /*
- * Replace the locked block in w->scan.slot by a copy with state "state",
+ * Replace the locked block in w->row.scan.slot by a copy with state "state",
  * attempt "attempt", lease_until "until" (0: NULL) and, with "error" not
  * NULL, that last_error.  A claim ("claim") also counts a try and records
  * the epoch.
@@ -731,21 +648,8 @@ static void
 writer_update(BlockWriter *w, char state, int32 attempt, bool claim,
 			  TimestampTz until, const char *error)
 {
-	TupleTableSlot *old = w->scan.slot;
-	TupleTableSlot *newslot = w->newslot;
-	int			natts = old->tts_tupleDescriptor->natts;
-	TM_FailureData tmfd;
-	LockTupleMode lockmode;
-	MemoryContext oldcxt;
-#if PG_VERSION_NUM >= 160000
-	TU_UpdateIndexes update_indexes;
-#else
-	bool		update_indexes;
-#endif
+	TupleTableSlot *newslot = pgq_writer_new_version(&w->row);
 
-	ExecClearTuple(newslot);
-	memcpy(newslot->tts_values, old->tts_values, natts * sizeof(Datum));
-	memcpy(newslot->tts_isnull, old->tts_isnull, natts * sizeof(bool));
 	newslot->tts_values[Anum_blocks_state - 1] = CharGetDatum(state);
 	newslot->tts_values[Anum_blocks_attempt - 1] = Int32GetDatum(attempt);
 	newslot->tts_values[Anum_blocks_lease_until - 1] = TimestampTzGetDatum(until);
@@ -757,41 +661,27 @@ writer_update(BlockWriter *w, char state, int32 attempt, bool claim,
 		newslot->tts_values[Anum_blocks_epoch - 1] = Int32GetDatum(my_epoch);
 		newslot->tts_isnull[Anum_blocks_epoch - 1] = false;
 	}
-	oldcxt = MemoryContextSwitchTo(GetPerTupleMemoryContext(w->estate));
 	if (error != NULL)
 	{
+		MemoryContext oldcxt;
+
+		oldcxt = MemoryContextSwitchTo(GetPerTupleMemoryContext(w->row.estate));
 		newslot->tts_values[Anum_blocks_last_error - 1] = CStringGetTextDatum(error);
 		newslot->tts_isnull[Anum_blocks_last_error - 1] = false;
+		MemoryContextSwitchTo(oldcxt);
 	}
-	ExecStoreVirtualTuple(newslot);
-
-	if (table_tuple_update(w->scan.heap, &old->tts_tid, newslot, w->cid,
-						   w->scan.snapshot, InvalidSnapshot, true,
-						   &tmfd, &lockmode, &update_indexes) != TM_Ok)
-		elog(ERROR, "could not update locked block " INT64_FORMAT,
-			 DatumGetInt64(old->tts_values[Anum_blocks_block_id - 1]));
-#if PG_VERSION_NUM >= 160000
-	if (update_indexes != TU_None)
-		ExecInsertIndexTuples(w->rri, newslot, w->estate, true, false, NULL,
-							  NIL, update_indexes == TU_Summarizing);
-#else
-	if (update_indexes)
-		ExecInsertIndexTuples(w->rri, newslot, w->estate, true, false, NULL,
-							  NIL);
-#endif
-	MemoryContextSwitchTo(oldcxt);
-	ResetPerTupleExprContext(w->estate);
+	pgq_writer_update(&w->row);
 }
 
 /*
- * Claim the locked block in w->scan.slot until "until", under the next
+ * Claim the locked block in w->row.scan.slot until "until", under the next
  * attempt number, and hand it to the caller.
  */
 static void
 writer_claim(BlockWriter *w, TimestampTz until, PgqClaimed *block,
 			 MemoryContext cxt)
 {
-	TupleTableSlot *old = w->scan.slot;
+	TupleTableSlot *old = w->row.scan.slot;
 	int32		attempt = DatumGetInt32(old->tts_values[Anum_blocks_attempt - 1]);
 	MemoryContext oldcxt;
 
@@ -803,7 +693,7 @@ writer_claim(BlockWriter *w, TimestampTz until, PgqClaimed *block,
 		xmin = DatumGetTransactionId(slot_getsysattr(old,
 													 MinTransactionIdAttributeNumber,
 													 &isnull));
-		attempt = next_attempt(attempt,
+		attempt = pgq_lease_next_attempt(attempt,
 							   old->tts_isnull[Anum_blocks_epoch - 1],
 							   DatumGetInt32(old->tts_values[Anum_blocks_epoch - 1]),
 							   xmin);
@@ -853,17 +743,17 @@ claim_due(const PgqGroup *group, int limit, TimestampTz now,
 		writer_open(&w);
 		for (i = 0; i < ndue && n < limit; i++)
 		{
-			TupleTableSlot *old = w.scan.slot;
+			TupleTableSlot *old = w.row.scan.slot;
 			bool		isnull;
 			char		state;
 			int32		attempt;
 
 			CHECK_FOR_INTERRUPTS();
-			if (!table_tuple_fetch_row_version(w.scan.heap, &due[i].tid,
-											   w.scan.snapshot, old))
+			if (!table_tuple_fetch_row_version(w.row.scan.heap, &due[i].tid,
+											   w.row.scan.snapshot, old))
 				continue;		/* changed since the walk */
 			pgq_xact_claiming_count(limit - n);
-			if (!writer_lock(&w))
+			if (!pgq_writer_lock(&w.row))
 				continue;
 
 			/* the TID may hold another row now: check everything again */
@@ -892,7 +782,7 @@ claim_due(const PgqGroup *group, int limit, TimestampTz now,
 			}
 			writer_claim(&w, until, &blocks[n++], cxt);
 		}
-		writer_close(&w, changed > 0);
+		pgq_writer_close(&w.row, changed > 0);
 		pfree(due);
 
 		if (n == limit && (i < ndue || ndue == max))
@@ -923,24 +813,24 @@ claim_pending(const PgqGroup *group, int64 from, int limit,
 	writer_open(&w);
 	for (int pass = 0; pass < 2 && n < limit; pass++)
 	{
-		pgq_block_scan_claim_pass(&w.scan, group->ref.group_id, from, limit,
+		pgq_block_scan_claim_pass(&w.row.scan, group->ref.group_id, from, limit,
 								  pass);
 
-		while (n < limit && pgq_block_scan_next(&w.scan))
+		while (n < limit && pgq_block_scan_next(&w.row.scan))
 		{
-			TupleTableSlot *old = w.scan.slot;
+			TupleTableSlot *old = w.row.scan.slot;
 
 			slot_getallattrs(old);
 			if (DatumGetChar(old->tts_values[Anum_blocks_state - 1]) != 'p')
 				continue;
 			pgq_xact_claiming_count(limit - n);
-			if (!writer_lock(&w))
+			if (!pgq_writer_lock(&w.row))
 				continue;
 			writer_claim(&w, until, &blocks[n++], cxt);
 			PGQ_INJECTION_POINT("pgq-lease-scan-taken");
 		}
 	}
-	writer_close(&w, n > 0);
+	pgq_writer_close(&w.row, n > 0);
 	return n;
 }
 

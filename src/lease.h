@@ -28,7 +28,6 @@ extern bool pgq_lease_extend(const PgqGroup *group, int64 block_id,
 extern void pgq_lease_durable(void);
 extern void pgq_lease_claim_async(void);
 extern void pgq_lease_claim_done(void);
-extern void pgq_lease_items_claiming(bool on);
 extern void pgq_lease_promoted(TransactionId xmin);
 extern void pgq_lease_xact_end(void);
 extern void pgq_lease_init(void);
@@ -36,5 +35,7 @@ extern Size pgq_lease_shmem_size(void);
 extern void pgq_lease_shmem_init(void);
 extern bool pgq_blocks_fenced(void);
 extern int32 pgq_lease_epoch(void);
+extern int32 pgq_lease_next_attempt(int32 attempt, bool epoch_isnull,
+									 int32 epoch, TransactionId xmin);
 
 #endif							/* PGQ_LEASE_H */

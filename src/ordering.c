@@ -379,7 +379,7 @@ pgq_ordering_hand_on(const PgqGroup *group, List *keys)
 
 			claimable = true;
 			/* its queue's claims find it from its place on (H1, shmem.c) */
-			if (group->mode == PGQ_MODE_ADVISORY)
+			if (pgq_queue_uses_hint(group))
 				pgq_xact_remember_pending(&group->ref,
 										  pgq_item_position(priority, item_id));
 		}

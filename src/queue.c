@@ -534,7 +534,7 @@ pgq_enqueue(PG_FUNCTION_ARGS)
 	pgq_item_inserter_end(ins);
 	if (added && !item.has_due_at && !item.waiting)
 	{
-		if (group.mode == PGQ_MODE_ADVISORY)
+		if (pgq_queue_uses_hint(&group))
 			pgq_xact_remember_pending(&group.ref,
 									  pgq_item_position(priority, id));
 		pgq_announce_claimable(&group.ref, group.name);
@@ -658,7 +658,7 @@ pgq_enqueue_many(PG_FUNCTION_ARGS)
 	if (first_added != 0 && !item.has_due_at)
 	{
 		/* one priority for all: the first added comes first in claim order */
-		if (group.mode == PGQ_MODE_ADVISORY)
+		if (pgq_queue_uses_hint(&group))
 			pgq_xact_remember_pending(&group.ref,
 									  pgq_item_position(priority, first_added));
 		pgq_announce_claimable(&group.ref, group.name);
@@ -682,13 +682,16 @@ pgq_enqueue_many(PG_FUNCTION_ARGS)
  * With fenced attempt numbers, the claim that follows may take such an item
  * in the row version written here: the claim before it is that of the
  * version moved, whose commit its numbers must wait for (lease.c), so the
- * statement returns that version's xmin.
+ * statement returns that version's xmin.  Items made pending lower the
+ * queue's hint to their places at commit, and the claim that follows starts
+ * from them (pgq_claim_hint()).
  */
 static void
 promote_due(const PgqGroup *group, TimestampTz now, bool fenced)
 {
 	static SPIPlanPtr plans[2] = {NULL, NULL};
 	Datum		values[4];
+	int64		pending = PG_INT64_MAX; /* the first place made pending */
 	int			rc;
 
 #define PROMOTE_DUE(tries) \
@@ -719,12 +722,15 @@ promote_due(const PgqGroup *group, TimestampTz now, bool fenced)
 	{
 		Oid			argtypes[4] = {INT8OID, TIMESTAMPTZOID, INT4OID, INT4OID};
 
+#define PROMOTED(key) \
+	"RETURNING d.moved_xmin, i.item_id, i.state, " key ", i.priority"
 		plans[fenced] = pgq_keep_plan(fenced ?
 									  PROMOTE_DUE(TRIES_FENCED)
-									  "RETURNING d.moved_xmin, i.item_id, i.state, "
-									  "i.ordering_key" :
-									  PROMOTE_DUE(TRIES_0_1),
+									  PROMOTED("i.ordering_key") :
+									  PROMOTE_DUE(TRIES_0_1)
+									  PROMOTED("NULL::pg_catalog.text"),
 									  4, argtypes);
+#undef PROMOTED
 	}
 #undef PROMOTE_DUE
 	values[0] = Int64GetDatum(group->ref.group_id);
@@ -732,27 +738,40 @@ promote_due(const PgqGroup *group, TimestampTz now, bool fenced)
 	values[2] = Int32GetDatum(group->max_attempts);
 	values[3] = Int32GetDatum(PGQ_PROMOTE_LIMIT);
 	rc = SPI_execute_plan(plans[fenced], values, NULL, false, 0);
-	if (rc != (fenced ? SPI_OK_UPDATE_RETURNING : SPI_OK_UPDATE))
+	if (rc != SPI_OK_UPDATE_RETURNING)
 		elog(ERROR, "could not update due items: %s", SPI_result_code_string(rc));
 	if (SPI_processed > 0)
 		pgq_claim_changed_more();
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		HeapTuple	row = SPI_tuptable->vals[i];
+		TupleDesc	rowdesc = SPI_tuptable->tupdesc;
+		bool		isnull;
+
+		if (fenced)
+			pgq_lease_promoted(DatumGetTransactionId(SPI_getbinval(row, rowdesc,
+																   1, &isnull)));
+		if (DatumGetChar(SPI_getbinval(row, rowdesc, 3, &isnull)) == PGQ_ITEM_PENDING)
+			pending = Min(pending,
+						  pgq_item_position(DatumGetInt32(SPI_getbinval(row, rowdesc,
+																		5, &isnull)),
+											DatumGetInt64(SPI_getbinval(row, rowdesc,
+																		2, &isnull))));
+	}
+	/* the queue's claims find them from their places on (H1, shmem.c) */
+	if (pending != PG_INT64_MAX)
+		pgq_xact_remember_pending(&group->ref, pending);
 	if (fenced)
 	{
 		List	   *finished;
 
 		pgq_events_note_rows(&group->ref, 2, 0, 3, 0);
-		for (uint64 i = 0; i < SPI_processed; i++)
-		{
-			bool		isnull;
-
-			pgq_lease_promoted(DatumGetTransactionId(SPI_getbinval(SPI_tuptable->vals[i],
-																   SPI_tuptable->tupdesc,
-																   1, &isnull)));
-		}
 		finished = pgq_ordering_finished_keys(3, 4);
 		SPI_freetuptable(SPI_tuptable);
 		pgq_ordering_hand_on(group, finished);
 	}
+	else
+		SPI_freetuptable(SPI_tuptable);
 }
 
 /* qsort comparator: claimed items in claim order */
@@ -782,7 +801,8 @@ copy_column(HeapTuple tuple, TupleDesc tupdesc, int col)
 /*
  * Copy the items the last SPI statement returned (item_id, attempt,
  * payload, data, key, priority) into items[] in cxt, free the statement's
- * result, and make them the transaction's claims.  Returns how many.
+ * result, and make them the transaction's claims (transaction mode).
+ * Returns how many.
  */
 static int
 items_from_spi(const PgqGroup *group, PgqClaimed *items, MemoryContext cxt)
@@ -807,33 +827,54 @@ items_from_spi(const PgqGroup *group, PgqClaimed *items, MemoryContext cxt)
 	MemoryContextSwitchTo(oldcxt);
 	SPI_freetuptable(SPI_tuptable);
 
-	if (group->mode == PGQ_MODE_LEASE)
-		pgq_xact_remember_lease(&group->ref, items, n, 0);
-	else
-		pgq_xact_remember(&group->ref, items, n);
+	pgq_xact_remember(&group->ref, items, n);
 	return n;
 }
 
 /*
- * Run a lease-mode claim's statement; a fenced one calls pgq.next_attempt(),
- * which runs only while it does.
+ * Claim up to max_items pending items of a lease-mode queue under a lease
+ * until "until", into items[] (in cxt): from the queue's hint, a place in
+ * claim order past the items found consumed or held, then, should that
+ * come up short, from the start when pgq_full_scan_due() says so, as lease
+ * claims of blocks do (lease.c).  Each scan is counted ahead (C1 in
+ * shmem.c), and its items are remembered for the transaction's end, where
+ * an abort lowers the hint to them.
  */
 static int
-run_lease_claim(SPIPlanPtr plan, Datum *values, bool fenced)
+claim_pending_items(const PgqGroup *group, int max_items, TimestampTz until,
+					PgqClaimed *items, MemoryContext cxt)
 {
-	volatile int rc;
+	int64		hint;
+	uint64		gen;
+	int64		last;
+	int			n;
 
-	pgq_lease_items_claiming(fenced);
-	PG_TRY();
+	pgq_xact_reserve(max_items);
+	(void) pgq_claim_hint(&group->ref, &hint, &gen);
+	pgq_xact_claiming(&group->ref, hint);
+	n = pgq_item_claim_pending(&group->ref, hint, max_items, until, items,
+							   cxt, &last);
+	pgq_xact_remember_lease_items(&group->ref, items, n);
+	pgq_xact_claiming_done_advance(gen, last > 0 ?
+								   pgq_item_position_after(last) : 0);
+
+	/* committed leases are rows, not in the shared count: by rate alone */
+	if (n < max_items && hint > 0 && pgq_full_scan_due(&group->ref, -1))
 	{
-		rc = SPI_execute_plan(plan, values, NULL, false, 0);
+		int			below;
+
+		pgq_xact_claiming(&group->ref, 0);
+		below = pgq_item_claim_pending(&group->ref, 0, max_items - n, until,
+									   items + n, cxt, &last);
+		pgq_xact_remember_lease_items(&group->ref, items + n, below);
+		/* stranded below the hint: the first found is the first in order */
+		if (below > 0)
+			pgq_hint_lower(&group->ref, pgq_item_position(items[n].priority,
+														  items[n].id));
+		n += below;
+		pgq_xact_claiming_done();
 	}
-	PG_FINALLY();
-	{
-		pgq_lease_items_claiming(false);
-	}
-	PG_END_TRY();
-	return rc;
+	return n;
 }
 
 /*
@@ -863,17 +904,14 @@ int
 pgq_queue_claim(const PgqGroup *group, int max_items, PgqClaimed *items,
 				MemoryContext cxt)
 {
-	static SPIPlanPtr lease_plan = NULL;
-	static SPIPlanPtr fenced_plan = NULL;
 	static SPIPlanPtr xact_plan = NULL;
 	static SPIPlanPtr xact_due_plan = NULL;
 	static SPIPlanPtr xact_plans[2] = {NULL, NULL};
 	TimestampTz now = GetCurrentTimestamp();
-	bool		fenced = group->mode == PGQ_MODE_LEASE && items_fenced();
 	bool		ordered = group->mode == PGQ_MODE_TRANSACTION &&
 		pgq_ordering_supported();
 	List	   *finished = NIL;
-	Datum		values[4];
+	Datum		values[3];
 	int			n = 0;
 	int			rc;
 
@@ -883,8 +921,18 @@ pgq_queue_claim(const PgqGroup *group, int max_items, PgqClaimed *items,
 		qsort(items, n, sizeof(PgqClaimed), compare_items);
 		return n;
 	}
+	if (group->mode == PGQ_MODE_LEASE)
+	{
+		pgq_lease_claim_async();
+		promote_due(group, now, items_fenced());
+		n = claim_pending_items(group, max_items,
+								pgq_time_after(now, &group->lease), items, cxt);
+		pgq_lease_claim_done();
+		qsort(items, n, sizeof(PgqClaimed), compare_items);
+		return n;
+	}
 
-	if (lease_plan == NULL)
+	if (xact_plan == NULL)
 	{
 		Oid			argtypes[3] = {INT8OID, INT4OID, TIMESTAMPTZOID};
 
@@ -901,11 +949,6 @@ pgq_queue_claim(const PgqGroup *group, int max_items, PgqClaimed *items,
 #define PENDING		"state " OP("=") " 'p'"
 #define BY_PRIORITY "group_id, priority DESC, item_id"
 
-		lease_plan = pgq_keep_plan(CLAIM_ITEMS("state = 'c', "
-											   "attempt = i.attempt " OP("+") " 1, "
-											   "due_at = $3",
-											   PENDING, BY_PRIORITY),
-								   3, argtypes);
 		xact_plan = pgq_keep_plan(CLAIM_ITEMS("state = 'd', "
 											  "attempt = i.attempt " OP("+") " 1, "
 											  "finished_at = $3",
@@ -918,18 +961,6 @@ pgq_queue_claim(const PgqGroup *group, int max_items, PgqClaimed *items,
 												  "AND due_at " OP("<=") " $3",
 												  "group_id, due_at"),
 									  3, argtypes);
-	}
-	if (fenced_plan == NULL && fenced)
-	{
-		Oid			argtypes[4] = {INT8OID, INT4OID, TIMESTAMPTZOID, INT4OID};
-
-		/* an attempt number that never comes again (lease.c), at 0.2 */
-		fenced_plan = pgq_keep_plan(CLAIM_ITEMS("state = 'c', "
-												"attempt = pgq.next_attempt(i.attempt, i.epoch, i.xmin), "
-												"tries = COALESCE(i.tries, i.attempt) " OP("+") " 1, "
-												"epoch = $4, due_at = $3",
-												PENDING, BY_PRIORITY),
-									4, argtypes);
 	}
 	if (xact_plans[0] == NULL && ordered)
 	{
@@ -959,51 +990,33 @@ pgq_queue_claim(const PgqGroup *group, int max_items, PgqClaimed *items,
 	pgq_xact_reserve(max_items);
 	values[0] = Int64GetDatum(group->ref.group_id);
 	values[1] = Int32GetDatum(max_items);
-	if (group->mode == PGQ_MODE_LEASE)
+
+	/*
+	 * The claim finishes the items in this transaction: their ordering keys
+	 * are handed on once both statements ran, so that one claim never
+	 * returns two items of a key.
+	 */
+	values[2] = TimestampTzGetDatum(now);
+	rc = SPI_execute_plan(ordered ? xact_plans[0] : xact_due_plan, values,
+						  NULL, false, 0);
+	if (rc != SPI_OK_UPDATE_RETURNING)
+		elog(ERROR, "could not claim items: %s", SPI_result_code_string(rc));
+	if (ordered)
+		finished = pgq_ordering_finished_keys(0, 7);
+	n = items_from_spi(group, items, cxt);
+	if (n < max_items)
 	{
-		pgq_lease_claim_async();
-		if (fenced)
-			values[3] = Int32GetDatum(pgq_lease_epoch());
-		else
-			pgq_lease_durable();
-		promote_due(group, now, fenced);
-		values[2] = TimestampTzGetDatum(pgq_time_after(now, &group->lease));
-		rc = run_lease_claim(fenced ? fenced_plan : lease_plan, values,
-							 fenced);
-		if (rc != SPI_OK_UPDATE_RETURNING)
-			elog(ERROR, "could not claim items: %s", SPI_result_code_string(rc));
-		n = items_from_spi(group, items, cxt);
-		pgq_lease_claim_done();
-	}
-	else
-	{
-		/*
-		 * The claim finishes the items in this transaction: their ordering
-		 * keys are handed on once both statements ran, so that one claim
-		 * never returns two items of a key.
-		 */
-		values[2] = TimestampTzGetDatum(now);
-		rc = SPI_execute_plan(ordered ? xact_plans[0] : xact_due_plan, values,
+		values[1] = Int32GetDatum(max_items - n);
+		rc = SPI_execute_plan(ordered ? xact_plans[1] : xact_plan, values,
 							  NULL, false, 0);
 		if (rc != SPI_OK_UPDATE_RETURNING)
 			elog(ERROR, "could not claim items: %s", SPI_result_code_string(rc));
 		if (ordered)
-			finished = pgq_ordering_finished_keys(0, 7);
-		n = items_from_spi(group, items, cxt);
-		if (n < max_items)
-		{
-			values[1] = Int32GetDatum(max_items - n);
-			rc = SPI_execute_plan(ordered ? xact_plans[1] : xact_plan, values,
-								  NULL, false, 0);
-			if (rc != SPI_OK_UPDATE_RETURNING)
-				elog(ERROR, "could not claim items: %s", SPI_result_code_string(rc));
-			if (ordered)
-				finished = list_concat(finished, pgq_ordering_finished_keys(0, 7));
-			n += items_from_spi(group, items + n, cxt);
-		}
-		pgq_events_note_claimed(&group->ref, items, n);
-		pgq_ordering_hand_on(group, finished);
+			finished = list_concat(finished, pgq_ordering_finished_keys(0, 7));
+		n += items_from_spi(group, items + n, cxt);
 	}
+	pgq_events_note_claimed(&group->ref, items, n);
+	pgq_ordering_hand_on(group, finished);
 	qsort(items, n, sizeof(PgqClaimed), compare_items);
 	return n;
 }
@@ -1119,14 +1132,23 @@ pgq_queue_release(const PgqGroup *group, int64 item_id,
 	static SPIPlanPtr plan = NULL;
 	Oid			argtypes[3] = {INT8OID, INT8OID, INT4OID};
 	Datum		values[3];
+	bool		isnull;
 
 	values[0] = Int64GetDatum(group->ref.group_id);
 	values[1] = Int64GetDatum(item_id);
 	values[2] = Int32GetDatum(pgq_required_attempt(fcinfo, 1, true));
 	if (!change_item(&plan,
-					 "UPDATE pgq.items SET state = 'p', due_at = NULL " HELD_ITEM,
+					 "UPDATE pgq.items SET state = 'p', due_at = NULL " HELD_ITEM
+					 " RETURNING priority",
 					 3, argtypes, values, NULL))
 		return false;
+	/* its queue's claims find it from its place on (H1, shmem.c) */
+	pgq_xact_remember_pending(&group->ref,
+							  pgq_item_position(DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
+																			SPI_tuptable->tupdesc,
+																			1, &isnull)),
+												item_id));
+	SPI_freetuptable(SPI_tuptable);
 	pgq_lease_durable();
 	pgq_announce_claimable(&group->ref, group->name);
 	return true;
@@ -1790,7 +1812,7 @@ retry_item(int64 item_id)
 				 errdetail("The item is %s.", pgq_item_state_name(state[0])),
 				 errhint("Only done and dead-lettered items can be retried.")));
 	}
-	if (group.mode == PGQ_MODE_ADVISORY)
+	if (pgq_queue_uses_hint(&group))
 	{
 		bool		isnull;
 		int32		priority = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],

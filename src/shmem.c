@@ -82,17 +82,21 @@ typedef struct PgqGroupKey
  *		before the scan.
  *	Worth 25-30% of lease and advisory claims, 8% of transaction-mode ones,
  *	and the dead index entries of every consumed block (sql/hint.sql).
- *	An advisory-mode queue's hint is a place in claim order instead
- *	(pgq_item_position(): priority, then item id), and H1 and H2 hold with
- *	items for blocks: what makes an item pending (an enqueue, an ordering
- *	key handed on, a retry) lowers the hint to it at commit
- *	(pgq_xact_remember_pending()), a session that gives an item back
- *	lowers it at once, and a full scan finds what was let go by hand, and
- *	an item that a retry made pending between its holder's commit and its
- *	unlock (the holder does not lower the hint for an item it finished).
- *	Other queues' claims do not use a hint.  Worth the walk of the index
- *	entries of every item finished since the last vacuum, which took a
- *	quarter of an advisory item's cycle after 10 s (186 pages per claim).
+ *	A queue's hint (lease and advisory mode: pgq_queue_uses_hint()) is a
+ *	place in claim order instead (pgq_item_position(): priority, then item
+ *	id), and H1 and H2 hold with items for blocks: what makes an item
+ *	pending (an enqueue, an ordering key handed on, a retry, a release, a
+ *	lease or retry come due) lowers the hint to it at commit
+ *	(pgq_xact_remember_pending()), a lease claim's abort lowers it to what
+ *	the claim took, a session that gives an advisory item back lowers it
+ *	at once, and a full scan finds what was let go by hand, what a
+ *	prepared transaction made pending (COMMIT PREPARED lowers nothing),
+ *	and an advisory item that a retry made pending between its holder's
+ *	commit and its unlock (the holder does not lower the hint for an item
+ *	it finished).  Transaction-mode queues' claims do not use a hint.
+ *	Worth the walk of the index entries of every item finished since the
+ *	last vacuum, which took a quarter of an advisory item's cycle after
+ *	10 s (186 pages per claim).
  *
  * Blocks held by open transactions, and by sessions (advisory mode).
  *	C1	"claimed" + "scanning" is at least the number of the group's

@@ -47,6 +47,7 @@
 #include "claim.h"
 #include "due.h"
 #include "lease.h"
+#include "queue.h"
 #include "shmem.h"
 #include "wait.h"
 #include "xact.h"
@@ -76,9 +77,9 @@ typedef enum PgqRecordKind
 	PGQ_REC_LOOK,				/* a look for due blocks recorded what it
 								 * found, with the transaction's own writes
 								 * in view: forgotten on abort */
-	PGQ_REC_PENDING				/* items of an advisory-mode queue made
-								 * pending, from this place in claim order
-								 * on ("block_id") */
+	PGQ_REC_PENDING				/* items of a queue whose claims use a hint
+								 * made pending, from this place in claim
+								 * order on ("block_id") */
 } PgqRecordKind;
 
 typedef struct PgqClaimRecord
@@ -228,6 +229,24 @@ pgq_xact_remember_lease(const PgqGroupRef *group, const PgqClaimed *blocks,
 }
 
 /*
+ * The current (sub)transaction just took these items of a lease-mode queue:
+ * pgq_xact_remember_lease() for items, whose records hold their places in
+ * claim order (pgq_item_position()), to which an abort lowers the queue's
+ * hint.  Room must be reserved.
+ */
+void
+pgq_xact_remember_lease_items(const PgqGroupRef *group,
+							  const PgqClaimed *items, int n)
+{
+	if (n == 0)
+		return;
+	for (int i = 0; i < n; i++)
+		add_record(group, pgq_item_position(items[i].priority, items[i].id),
+				   PGQ_REC_LEASE);
+	pgq_xact_count_claimed(group, n);
+}
+
+/*
  * The current (sub)transaction made block_id of the group pending again
  * (pgq.retry() of a dead-lettered block).  Claims find the block only once
  * the hint is at or below it, and the hint may move there only once the
@@ -246,11 +265,13 @@ pgq_xact_remember_retry(const PgqGroupRef *group, int64 block_id)
 }
 
 /*
- * The current (sub)transaction made items of an advisory-mode queue pending
- * (enqueued them, handed an ordering key on, retried a dead item), the
- * first of them at "position" in claim order (pgq_item_position()).  As for
- * a retried block, the queue's hint may move down to them only once they
- * are visible: at commit (invariant H1 in shmem.c).  Unlike a retry, they
+ * The current (sub)transaction made items of a queue whose claims use a
+ * hint pending (enqueued them, handed an ordering key on, retried or
+ * released one, moved those come due back), the first of them at
+ * "position" in claim order (pgq_item_position()).  As for a retried block,
+ * the queue's hint may move down to them only once they are visible: at
+ * commit (invariant H1 in shmem.c).  PREPARE lets them through, and COMMIT
+ * PREPARED lowers nothing: full scans find them (F1).  Unlike a retry, they
  * are not counted as claimed: a queue is never taken for exhausted.  A
  * statement's record takes in the previous one's if that is among the last
  * few (an enqueue adds a wake record after it), so that each call looks at
@@ -856,12 +877,6 @@ pgq_xact_callback(XactEvent event, void *arg)
 			}
 			for (int i = 0; i < nclaims; i++)
 			{
-				if (claims[i].kind == PGQ_REC_PENDING)
-					ereport(ERROR,
-							(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-							 errmsg("cannot PREPARE a transaction that made items of an advisory-mode queue pending"),
-							 errdetail("Claims of the queue must learn of the items when the transaction commits."),
-							 errhint("Commit or roll back the transaction instead.")));
 				if (claims[i].kind == PGQ_REC_RETRY)
 					ereport(ERROR,
 							(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
@@ -878,7 +893,8 @@ pgq_xact_callback(XactEvent event, void *arg)
 			for (int i = 0; i < nclaims; i++)
 			{
 				if (claims[i].kind != PGQ_REC_WAKE &&
-					claims[i].kind != PGQ_REC_LOOK)
+					claims[i].kind != PGQ_REC_LOOK &&
+					claims[i].kind != PGQ_REC_PENDING)
 					ereport(ERROR,
 							(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 							 errmsg("cannot PREPARE a transaction that claimed, completed or failed pgq blocks"),

@@ -1027,14 +1027,6 @@ sub gen_blocks_inflight
 		  . ' RETURNING block_id'));
 }
 
-# the attempt number of an item claim, called directly: refused (55000)
-sub gen_next_attempt
-{
-	return ('next_attempt', 'SELECT pgq.next_attempt(' . join(', ', pick(@int4s),
-		pick(@int4s), pick('NULL', "'0'::xid", "'3'::xid", "'4294967295'::xid",
-			'pg_current_xact_id()::text::xid', "'1'")) . ')');
-}
-
 sub gen_pause
 {
 	my $fn = pick('pause', 'resume', 'resume');
@@ -1119,7 +1111,6 @@ my %generator_of = (
 	has_group_privilege => [ \&gen_has_group_privilege, 1 ],
 	channel => [ \&gen_channel, 1 ],
 	blocks_inflight => [ \&gen_blocks_inflight, 1 ],
-	next_attempt => [ \&gen_next_attempt, 1 ],
 	set_retention => [ \&gen_set_retention, 1 ],
 	retention_interval_in => [ \&gen_retention_interval, 1 ]);
 my %installed = map { $_ => 1 } @pgq_functions;
