@@ -841,8 +841,8 @@ lock_pending(const PgqGroup *group, int64 from, int limit, int taken,
  * that others hold stay due rows (an advisory claim writes nothing), in the
  * way of the walk's earliest: look a little further than "limit" and, while
  * that comes up short with the window full, twice as far again.  Due blocks
- * left over, or maybe left past a full window, wake the group's waiting
- * claims.
+ * left over by a claim that stopped (full, or at its lock limit), or maybe
+ * left past a full window, wake the group's waiting claims.
  */
 static int
 lock_due(const PgqGroup *group, int limit, PgqClaimed *blocks,
@@ -882,13 +882,19 @@ lock_due(const PgqGroup *group, int limit, PgqClaimed *blocks,
 		}
 		if (due != NULL)
 			pfree(due);
-		/*
-		 * Waiting claims did not look while this one did: wake them if some
-		 * are left, or may be, past a full window.
-		 */
-		if (i < ndue || ndue == want)
-			pgq_wake_group(&group->ref);
-		if (n >= limit || stop || ndue < want || want >= INT_MAX / 8)
+		if (n >= limit || stop || want >= INT_MAX / 8)
+		{
+			/*
+			 * Waiting claims did not look while this one did: wake them if
+			 * some are left, or may be, past a full window.  (Not when the
+			 * walk saw every due block and took what it could: the rest are
+			 * held, and a waiting claim that woke itself would spin.)
+			 */
+			if (i < ndue || ndue == want)
+				pgq_wake_group(&group->ref);
+			break;
+		}
+		if (ndue < want)
 			break;
 		want *= 2;
 	}
