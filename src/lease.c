@@ -725,11 +725,16 @@ claim_due(const PgqGroup *group, int limit, TimestampTz now,
 		  TimestampTz until, PgqClaimed *blocks, MemoryContext cxt)
 {
 	int			n = 0;
+	int64		widen = 1;
 
 	while (n < limit)
 	{
-		/* some candidates may be held by other claims: look at a few more */
-		int			max = Min(limit - n, INT_MAX / 4) * 2 + 16;
+		/*
+		 * Some candidates may be held by other claims: look at a few more,
+		 * and twice as far again after a full window of them.
+		 */
+		int			max = (int) Min(((int64) Min(limit - n, INT_MAX / 4) * 2 + 16) *
+									widen, INT_MAX / 4);
 		BlockWriter w;
 		PgqDueBlock *due;
 		int			ndue;
@@ -789,8 +794,10 @@ claim_due(const PgqGroup *group, int limit, TimestampTz now,
 			pgq_wake_group(&group->ref);
 
 		/* the walk kept only the earliest "max": look again for the rest */
-		if (ndue < max || changed == 0)
+		if (ndue < max || max >= INT_MAX / 4)
 			break;
+		if (changed == 0)
+			widen *= 2;
 	}
 	return n;
 }
