@@ -1041,8 +1041,11 @@ pgq_lease_extend(const PgqGroup *group, int64 block_id, int32 attempt,
 		Int64GetDatum(block_id), Int32GetDatum(attempt),
 	TimestampTzGetDatum(pgq_time_after(GetCurrentTimestamp(), lease))};
 
-	return change_held_block(&plan,
-							 "UPDATE pgq.blocks SET lease_until = $4 "
-							 HELD_BY_ATTEMPT,
-							 4, argtypes, values, SPI_OK_UPDATE);
+	if (!change_held_block(&plan,
+						   "UPDATE pgq.blocks SET lease_until = $4 "
+						   HELD_BY_ATTEMPT,
+						   4, argtypes, values, SPI_OK_UPDATE))
+		return false;
+	pgq_xact_wake_on_abort(&group->ref);
+	return true;
 }

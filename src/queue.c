@@ -1368,8 +1368,11 @@ pgq_queue_extend(const PgqGroup *group, int64 item_id, int32 attempt,
 	values[1] = Int64GetDatum(item_id);
 	values[2] = Int32GetDatum(attempt);
 	values[3] = TimestampTzGetDatum(pgq_time_after(GetCurrentTimestamp(), lease));
-	return change_item(&plan, "UPDATE pgq.items SET due_at = $4 " HELD_ITEM,
-					   4, argtypes, values, NULL);
+	if (!change_item(&plan, "UPDATE pgq.items SET due_at = $4 " HELD_ITEM,
+					 4, argtypes, values, NULL))
+		return false;
+	pgq_xact_wake_on_abort(&group->ref);
+	return true;
 }
 
 /*

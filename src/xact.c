@@ -77,6 +77,9 @@ typedef enum PgqRecordKind
 	PGQ_REC_LOOK,				/* a look for due blocks recorded what it
 								 * found, with the transaction's own writes
 								 * in view: forgotten on abort */
+	PGQ_REC_EXTENDING,			/* a lease extended: its rollback wakes the
+								 * group's waiting claims, which may have
+								 * passed the row over while it was locked */
 	PGQ_REC_PENDING				/* items of a queue whose claims use a hint
 								 * made pending, from this place in claim
 								 * order on ("block_id") */
@@ -507,6 +510,25 @@ pgq_xact_wake_at_commit(const PgqGroupRef *group)
 }
 
 /*
+ * The current (sub)transaction extended a lease of the group.  A look for
+ * due blocks (or a lease-mode queue's claim) passes the locked row over,
+ * and a waiting claim may sleep on it: should the extend roll back, the
+ * lease may have run out, and the waiting claims must look again.  A
+ * commit only moves a deadline later, and wakes nobody, so that heartbeats
+ * do not wake every waiter.
+ */
+void
+pgq_xact_wake_on_abort(const PgqGroupRef *group)
+{
+	if (nclaims > 0 && claims[nclaims - 1].kind == PGQ_REC_EXTENDING &&
+		claims[nclaims - 1].nest_level == GetCurrentTransactionNestLevel() &&
+		same_group(&claims[nclaims - 1].group, group))
+		return;
+	pgq_xact_reserve(1);
+	add_record(group, PG_INT64_MAX, PGQ_REC_EXTENDING);
+}
+
+/*
  * pgq.blocks_inflight(), the row trigger BEFORE INSERT OR UPDATE of
  * pgq.blocks for rows claimed under a lease or waiting for a retry (its WHEN
  * clause).  Looks for due blocks walk a group only up to the highest such
@@ -801,6 +823,9 @@ settle_claims(int first, bool undone)
 					if (undone)
 						pgq_due_forget(group->dbid, group->group_id);
 					continue;
+				case PGQ_REC_EXTENDING:
+					/* on abort, "wake" is set above */
+					continue;
 				case PGQ_REC_PENDING:
 					if (!undone)
 						retried = Min(retried, claims[j].block_id);
@@ -894,6 +919,7 @@ pgq_xact_callback(XactEvent event, void *arg)
 			{
 				if (claims[i].kind != PGQ_REC_WAKE &&
 					claims[i].kind != PGQ_REC_LOOK &&
+					claims[i].kind != PGQ_REC_EXTENDING &&
 					claims[i].kind != PGQ_REC_PENDING)
 					ereport(ERROR,
 							(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
