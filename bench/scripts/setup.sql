@@ -73,6 +73,12 @@ BEGIN
         PERFORM pgq.create_queue('aqi', mode => 'advisory');
         PERFORM pgq.enqueue_many('aqi', ARRAY(SELECT jsonb_build_object('n', g)
                                               FROM generate_series(1, n) g));
+    WHEN 'lq' THEN
+        -- the same payloads, as items of a lease-mode queue
+        PERFORM pgq.drop_group('lq');
+        PERFORM pgq.create_queue('lq', lease => '30 s');
+        PERFORM pgq.enqueue_many('lq', ARRAY(SELECT jsonb_build_object('n', g)
+                                             FROM generate_series(1, n) g));
     WHEN 'g' THEN
         PERFORM pgq.drop_group('g');
         PERFORM pgq.create_group('g', ids, block_size => 1);
@@ -103,7 +109,7 @@ DECLARE
 BEGIN
     IF what IN ('q', 'vt', 'aq', 'que_jobs') THEN
         EXECUTE format('SELECT count(*) FROM %I', what) INTO n;
-    ELSIF what = 'aqi' THEN
+    ELSIF what IN ('aqi', 'lq') THEN
         SELECT count(*) INTO n FROM pgq.items i JOIN pgq.groups g USING (group_id)
         WHERE g.group_name = what AND i.state IN ('p', 'r');
     ELSE
