@@ -19,7 +19,6 @@
  */
 #include "postgres.h"
 
-#include "access/htup_details.h"
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "executor/executor.h"
@@ -271,20 +270,13 @@ claim_item(PgqRowWriter *w, TimestampTz until, int32 epoch, PgqClaimed *item,
 
 	if (epoch >= 0)
 	{
-		bool		isnull;
-		TransactionId xmin;
 		int32		tries = attempt;
 
 		/* not claimed since the update from 0.1: its attempt counts them */
 		if (!old->tts_isnull[Anum_items_tries - 1])
 			tries = DatumGetInt32(old->tts_values[Anum_items_tries - 1]);
-		xmin = DatumGetTransactionId(slot_getsysattr(old,
-													 MinTransactionIdAttributeNumber,
-													 &isnull));
-		attempt = pgq_lease_next_attempt(attempt,
-										 old->tts_isnull[Anum_items_epoch - 1],
-										 DatumGetInt32(old->tts_values[Anum_items_epoch - 1]),
-										 xmin);
+		attempt = pgq_lease_next_attempt(old, Anum_items_attempt,
+										 Anum_items_epoch);
 		newslot->tts_values[Anum_items_tries - 1] = Int32GetDatum(tries + 1);
 		newslot->tts_isnull[Anum_items_tries - 1] = false;
 		newslot->tts_values[Anum_items_epoch - 1] = Int32GetDatum(epoch);

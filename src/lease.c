@@ -457,12 +457,11 @@ pgq_lease_promoted(TransactionId xmin)
  * The attempt number of a new claim of a block (or a queue's item) whose
  * row version has "attempt", "epoch" (NULL in rows made before the update
  * from 0.1) and "xmin" (see the rules above).  Notes what the claim must
- * wait for before its numbers are handed out (pgq_lease_claim_done()); the
- * claim learned the epoch first (pgq_lease_epoch()).
+ * wait for before its numbers are handed out (pgq_lease_claim_done()).
  */
-int32
-pgq_lease_next_attempt(int32 attempt, bool epoch_isnull, int32 epoch,
-					   TransactionId xmin)
+static int32
+next_attempt(int32 attempt, bool epoch_isnull, int32 epoch,
+			 TransactionId xmin)
 {
 	int64		next = (int64) attempt + 1;
 
@@ -482,8 +481,29 @@ pgq_lease_next_attempt(int32 attempt, bool epoch_isnull, int32 epoch,
 }
 
 /*
- * Wait for what pgq_lease_next_attempt() noted: the claims before this one
- * of the blocks (and items) it took again.
+ * The attempt number of a new claim of the locked row in "slot" (every
+ * column extracted), a block or a queue's item, whose attempt and epoch are
+ * columns attempt_att and epoch_att: next_attempt(), once the claim learned
+ * the epoch (pgq_lease_epoch()).
+ */
+int32
+pgq_lease_next_attempt(TupleTableSlot *slot, AttrNumber attempt_att,
+					   AttrNumber epoch_att)
+{
+	bool		isnull;
+	TransactionId xmin;
+
+	xmin = DatumGetTransactionId(slot_getsysattr(slot,
+												 MinTransactionIdAttributeNumber,
+												 &isnull));
+	return next_attempt(DatumGetInt32(slot->tts_values[attempt_att - 1]),
+						slot->tts_isnull[epoch_att - 1],
+						DatumGetInt32(slot->tts_values[epoch_att - 1]), xmin);
+}
+
+/*
+ * Wait for what next_attempt() noted: the claims before this one of the
+ * blocks (and items) it took again.
  */
 static void
 wait_reclaimed(void)
@@ -529,8 +549,8 @@ pgq_lease_claim_async(void)
 
 /*
  * A lease claim ended: before its numbers are handed out, wait for the
- * claims before them (pgq_lease_next_attempt()).  WAL written from here on
- * is someone else's.
+ * claims before them (next_attempt()).  WAL written from here on is someone
+ * else's.
  */
 void
 pgq_lease_claim_done(void)
@@ -686,18 +706,8 @@ writer_claim(BlockWriter *w, TimestampTz until, PgqClaimed *block,
 	MemoryContext oldcxt;
 
 	if (w->fenced)
-	{
-		bool		isnull;
-		TransactionId xmin;
-
-		xmin = DatumGetTransactionId(slot_getsysattr(old,
-													 MinTransactionIdAttributeNumber,
-													 &isnull));
-		attempt = pgq_lease_next_attempt(attempt,
-							   old->tts_isnull[Anum_blocks_epoch - 1],
-							   DatumGetInt32(old->tts_values[Anum_blocks_epoch - 1]),
-							   xmin);
-	}
+		attempt = pgq_lease_next_attempt(old, Anum_blocks_attempt,
+										 Anum_blocks_epoch);
 	else
 		attempt++;
 	writer_update(w, PGQ_BLOCK_CLAIMED, attempt, true, until, NULL);

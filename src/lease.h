@@ -12,6 +12,8 @@
 #ifndef PGQ_LEASE_H
 #define PGQ_LEASE_H
 
+#include "executor/tuptable.h"
+
 #include "pgq.h"
 #include "claim.h"
 
@@ -35,7 +37,8 @@ extern Size pgq_lease_shmem_size(void);
 extern void pgq_lease_shmem_init(void);
 extern bool pgq_blocks_fenced(void);
 extern int32 pgq_lease_epoch(void);
-extern int32 pgq_lease_next_attempt(int32 attempt, bool epoch_isnull,
-									 int32 epoch, TransactionId xmin);
+extern int32 pgq_lease_next_attempt(TupleTableSlot *slot,
+									 AttrNumber attempt_att,
+									 AttrNumber epoch_att);
 
 #endif							/* PGQ_LEASE_H */
