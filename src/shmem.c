@@ -112,9 +112,9 @@ typedef struct PgqGroupKey
  *		takes that back and adds what it took to "claimed"
  *		(pgq_xact_claiming_count()); advisory mode's due blocks and
  *		pgq.relock take one block as such a scan; so are lease mode's due
- *		blocks (claim_due()) and advisory-mode items taken.  Items of the
- *		other modes are counted right after they are taken: a queue is
- *		never taken for exhausted.
+ *		blocks (claim_due()), lease-mode items and advisory-mode items
+ *		taken.  Items of transaction-mode queues are counted right after
+ *		they are taken: a queue is never taken for exhausted.
  *	C2	Claims made while their group had no entry (the table was full)
  *		are counted in the group's slot of "uncounted" instead, and an
  *		entry made for the group later may be given them back when they
