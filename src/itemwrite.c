@@ -97,13 +97,13 @@ is_item(PgqBlockScan *scan, int64 group_id, int64 item_id)
 
 /*
  * Write the new version of the item in scan->slot: done, with its result,
- * one attempt more, finished now.  Returns the result of the update; on
- * TM_Ok, *key gets the item's ordering key (NULL if none) in the caller's
- * memory.
+ * finished now, and one attempt more if "count" (an advisory claim counted
+ * none).  Returns the result of the update; on TM_Ok, *key gets the item's
+ * ordering key (NULL if none) in the caller's memory.
  */
 static TM_Result
-write_done(PgqBlockScan *scan, NullableDatum result, NullableDatum data,
-		   text **key, TM_FailureData *tmfd)
+write_done(PgqBlockScan *scan, bool count, NullableDatum result,
+		   NullableDatum data, text **key, TM_FailureData *tmfd)
 {
 	TupleTableSlot *old = scan->slot;
 	TupleDesc	tupdesc = RelationGetDescr(scan->heap);
@@ -128,8 +128,9 @@ write_done(PgqBlockScan *scan, NullableDatum result, NullableDatum data,
 	memcpy(newslot->tts_isnull, old->tts_isnull, natts * sizeof(bool));
 	newslot->tts_values[Anum_items_state - 1] = CharGetDatum('d');
 	newslot->tts_isnull[Anum_items_due_at - 1] = true;
-	newslot->tts_values[Anum_items_attempt - 1] =
-		Int32GetDatum(DatumGetInt32(old->tts_values[Anum_items_attempt - 1]) + 1);
+	if (count)
+		newslot->tts_values[Anum_items_attempt - 1] =
+			Int32GetDatum(DatumGetInt32(old->tts_values[Anum_items_attempt - 1]) + 1);
 	newslot->tts_values[Anum_items_result - 1] = result.value;
 	newslot->tts_isnull[Anum_items_result - 1] = result.isnull;
 	newslot->tts_values[Anum_items_result_data - 1] = data.value;
@@ -170,11 +171,13 @@ write_done(PgqBlockScan *scan, NullableDatum result, NullableDatum data,
 }
 
 /*
- * Mark an item that the caller holds by an advisory lock done, with its
- * result and data (either may be NULL), counting the attempt that ended: it
- * must be pending, or due for a retry (as its claim took it).  On success,
- * *key gets its ordering key, or NULL, for the caller to hand on.  False if
- * the item is gone or in another state.
+ * Mark an item that the caller holds done, with its result and data
+ * (either may be NULL).  With "attempt" (lease mode), the item must be
+ * claimed under that attempt; without, the caller holds it by an advisory
+ * lock, it must be pending or due for a retry (as its claim took it), and
+ * the attempt that ended is counted.  On success, *key gets its ordering
+ * key, or NULL, for the caller to hand on.  False if the item is gone or
+ * not held that way.
  *
  * Like an UPDATE in READ COMMITTED, an item changed by a transaction that
  * committed meanwhile is looked at again in its new version; in REPEATABLE
@@ -183,8 +186,8 @@ write_done(PgqBlockScan *scan, NullableDatum result, NullableDatum data,
  * again by its TID rather than through the primary key.
  */
 bool
-pgq_item_finish_held(int64 group_id, int64 item_id, NullableDatum result,
-					 NullableDatum data, text **key)
+pgq_item_finish_held(int64 group_id, int64 item_id, const int32 *attempt,
+					 NullableDatum result, NullableDatum data, text **key)
 {
 	bool		by_tid = last_found.item_id == item_id &&
 		last_found.group_id == group_id && last_found.lxid == CURRENT_LXID;
@@ -221,8 +224,12 @@ pgq_item_finish_held(int64 group_id, int64 item_id, NullableDatum result,
 															Anum_items_state,
 															&isnull));
 
-			if (state == 'p' || state == 'r')
-				tm = write_done(&scan, result, data, key, &tmfd);
+			if (attempt == NULL ? state == PGQ_ITEM_PENDING || state == 'r' :
+				state == PGQ_ITEM_CLAIMED &&
+				DatumGetInt32(pgq_block_attr(&scan, Anum_items_attempt,
+											 &isnull)) == *attempt)
+				tm = write_done(&scan, attempt == NULL, result, data, key,
+								&tmfd);
 		}
 		pgq_block_scan_close(&scan);
 

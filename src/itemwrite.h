@@ -18,8 +18,8 @@
 
 extern bool pgq_item_group_id(int64 item_id, int64 *group_id);
 extern bool pgq_item_finish_held(int64 group_id, int64 item_id,
-								 NullableDatum result, NullableDatum data,
-								 text **key);
+								 const int32 *attempt, NullableDatum result,
+								 NullableDatum data, text **key);
 
 extern int	pgq_item_claim_pending(const PgqGroupRef *group, int64 from,
 								   int limit, TimestampTz until,

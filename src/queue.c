@@ -1049,53 +1049,40 @@ bool
 pgq_queue_complete(const PgqGroup *group, int64 item_id,
 				   FunctionCallInfo fcinfo)
 {
-	static SPIPlanPtr lease_plans[2] = {NULL, NULL};
 	static SPIPlanPtr xact_plan = NULL;
 	Oid			argtypes[5] = {INT8OID, INT8OID, INT4OID, JSONBOID, BYTEAOID};
 	Datum		values[5];
 	char		nulls[5] = "     ";
+	NullableDatum result;
+	NullableDatum data;
+	text	   *key;
 	bool		done;
 
-	values[0] = Int64GetDatum(group->ref.group_id);
-	values[1] = Int64GetDatum(item_id);
-	values[3] = PG_GETARG_DATUM(1);
-	nulls[3] = PG_ARGISNULL(1) ? 'n' : ' ';
-	values[4] = PG_NARGS() > 4 ? PG_GETARG_DATUM(4) : (Datum) 0;
-	nulls[4] = PG_NARGS() <= 4 || PG_ARGISNULL(4) ? 'n' : ' ';
+	result.value = PG_GETARG_DATUM(1);
+	result.isnull = PG_ARGISNULL(1);
+	data.value = PG_NARGS() > 4 ? PG_GETARG_DATUM(4) : (Datum) 0;
+	data.isnull = PG_NARGS() <= 4 || PG_ARGISNULL(4);
 
 	if (group->mode == PGQ_MODE_LEASE)
 	{
-		bool		ordered = pgq_ordering_supported();
+		int32		attempt = pgq_required_attempt(fcinfo, 2, true);
 
-		values[2] = Int32GetDatum(pgq_required_attempt(fcinfo, 2, true));
-#define COMPLETE_ITEM \
-	"UPDATE pgq.items SET state = 'd', due_at = NULL, " \
-	"result = $4, result_data = $5, " \
-	"finished_at = pg_catalog.clock_timestamp() " \
-	HELD_ITEM
-		done = change_item(&lease_plans[ordered],
-						   ordered ? COMPLETE_ITEM " RETURNING 0, ordering_key" :
-						   COMPLETE_ITEM,
-						   5, argtypes, values, nulls);
-#undef COMPLETE_ITEM
+		done = pgq_item_finish_held(group->ref.group_id, item_id, &attempt,
+									result, data, &key);
 		if (done)
 		{
-			if (ordered)
-				pgq_ordering_hand_on(group, pgq_ordering_finished_keys(0, 2));
+			if (key != NULL)
+				pgq_ordering_hand_on(group, list_make1(key));
 			pgq_lease_durable();
 		}
 	}
 	else if (group->mode == PGQ_MODE_ADVISORY)
 	{
-		NullableDatum result = {values[3], nulls[3] == 'n'};
-		NullableDatum data = {values[4], nulls[4] == 'n'};
-		text	   *key;
-
 		/* the claim wrote nothing: this is the item's one write */
 		if (!pgq_advisory_holds(&group->ref, item_id))
 			return false;
-		if (!pgq_item_finish_held(group->ref.group_id, item_id, result, data,
-								  &key))
+		if (!pgq_item_finish_held(group->ref.group_id, item_id, NULL, result,
+								  data, &key))
 		{
 			/* gone meanwhile (a drop that the update waited for) */
 			pgq_advisory_forget_block(item_id);
@@ -1110,7 +1097,13 @@ pgq_queue_complete(const PgqGroup *group, int64 item_id,
 	{
 		if (!pgq_xact_claimed(item_id))
 			return false;
+		values[0] = Int64GetDatum(group->ref.group_id);
+		values[1] = Int64GetDatum(item_id);
 		values[2] = Int32GetDatum(0);	/* unused: the claim proves holding */
+		values[3] = result.value;
+		nulls[3] = result.isnull ? 'n' : ' ';
+		values[4] = data.value;
+		nulls[4] = data.isnull ? 'n' : ' ';
 		done = change_item(&xact_plan,
 						   "UPDATE pgq.items SET result = $4, result_data = $5 "
 						   OWN_ITEM,
