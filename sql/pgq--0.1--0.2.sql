@@ -127,6 +127,26 @@ CREATE TRIGGER blocks_inflight BEFORE INSERT OR UPDATE ON pgq.blocks
     EXECUTE FUNCTION pgq.blocks_inflight();
 ALTER TABLE pgq.blocks ENABLE ALWAYS TRIGGER blocks_inflight;
 
+-- The same for items of lease-mode queues: their claims do not look for
+-- items whose lease ran out or whose retry came due while shared memory
+-- says that nothing is due yet, and SQL that makes an item claimed or
+-- waiting for a retry, or moves its deadline earlier (fail, or anyone's
+-- by hand), makes them look again when it commits.
+CREATE FUNCTION pgq.items_inflight()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'pgq_items_inflight'
+LANGUAGE C;
+
+COMMENT ON FUNCTION pgq.items_inflight() IS
+'trigger on pgq.items: claims of a lease-mode queue look for due items again when a deadline comes sooner';
+
+REVOKE EXECUTE ON FUNCTION pgq.items_inflight() FROM PUBLIC;
+
+CREATE TRIGGER items_inflight BEFORE INSERT OR UPDATE ON pgq.items
+    FOR EACH ROW WHEN (NEW.state IN ('c', 'r'))
+    EXECUTE FUNCTION pgq.items_inflight();
+ALTER TABLE pgq.items ENABLE ALWAYS TRIGGER items_inflight;
+
 -- Dead-lettered blocks of lease- and advisory-mode groups, with what went
 -- wrong: pgq.blocks is closed, and pgq.group_stats only counts them, so
 -- this is where a group's owner and consumers find the blocks to pass to

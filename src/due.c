@@ -360,6 +360,46 @@ pgq_block_due(const PgqGroupRef *group, TimestampTz now, int max,
 }
 
 /*
+ * May a lease-mode queue's claim at "now" skip moving its due items back to
+ * pending (promote_due() in queue.c)?  As for blocks (pgq_block_due()), it
+ * may before the time the last look recorded, and while another claim
+ * looks (D1 and D4 in shmem.c), unless its transaction brought a deadline
+ * of the queue sooner.  If not, the caller looks, and then tells
+ * pgq_item_due_looked() what it found, with *gen.
+ */
+bool
+pgq_item_due_skip(const PgqGroupRef *group, TimestampTz now, uint64 *gen)
+{
+	*gen = 0;
+	if (pgq_xact_changed_deadlines(group->group_id))
+		return false;
+	if (pgq_due_none(group, now, gen))
+		return true;
+	my_look.group = *group;
+	my_look.since = now;
+	my_look.active = true;
+	return false;
+}
+
+/*
+ * The look that pgq_item_due_skip() let begin at "now" is done, having
+ * moved every item due by then ("all"), or stopped at its limit.  Its
+ * statement sees no deadline beyond "now": it records none due for
+ * PGQ_DUE_TRUST (D1's exception for queues, in shmem.c).  A transaction
+ * that brought a deadline sooner records nothing.
+ */
+void
+pgq_item_due_looked(const PgqGroupRef *group, uint64 gen, TimestampTz now,
+					bool all)
+{
+	if (!my_look.active)
+		return;
+	pgq_xact_remember_look(group);
+	pgq_due_found(group, gen, now, all ? now + PGQ_DUE_TRUST : now);
+	my_look.active = false;
+}
+
+/*
  * The current (sub)transaction is aborting: if it was looking for due blocks
  * (pgq_block_due()), let other claims look, and wake the waiting ones, which
  * did not look while this one did and counted on it to wake them for what

@@ -27,6 +27,10 @@ extern int	pgq_block_due(const PgqGroupRef *group, TimestampTz now, int max,
 						  PgqDueBlock **due);
 extern bool pgq_block_any_deadline(const PgqGroupRef *group, bool skip_own);
 extern void pgq_block_due_abort(void);
+extern bool pgq_item_due_skip(const PgqGroupRef *group, TimestampTz now,
+							  uint64 *gen);
+extern void pgq_item_due_looked(const PgqGroupRef *group, uint64 gen,
+								TimestampTz now, bool all);
 extern uint64 pgq_block_inflight_epoch(void);
 
 #endif							/* PGQ_DUE_H */

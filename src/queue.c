@@ -54,6 +54,7 @@
 #include "advisory.h"
 #include "blockscan.h"
 #include "claim.h"
+#include "due.h"
 #include "events.h"
 #include "group.h"
 #include "iteminsert.h"
@@ -539,6 +540,8 @@ pgq_enqueue(PG_FUNCTION_ARGS)
 									  pgq_item_position(priority, id));
 		pgq_announce_claimable(&group.ref, group.name);
 	}
+	else if (added && item.has_due_at && !item.waiting)
+		pgq_xact_deadline_sooner(&group);
 	SPI_finish();
 	pgq_leave(&scope);
 	PG_RETURN_INT64(id);
@@ -663,6 +666,8 @@ pgq_enqueue_many(PG_FUNCTION_ARGS)
 									  pgq_item_position(priority, first_added));
 		pgq_announce_claimable(&group.ref, group.name);
 	}
+	else if (first_added != 0)
+		pgq_xact_deadline_sooner(&group);
 	SPI_finish();
 	pgq_leave(&scope);
 
@@ -684,7 +689,10 @@ pgq_enqueue_many(PG_FUNCTION_ARGS)
  * version moved, whose commit its numbers must wait for (lease.c), so the
  * statement returns that version's xmin.  Items made pending lower the
  * queue's hint to their places at commit, and the claim that follows starts
- * from them (pgq_claim_hint()).
+ * from them (pgq_claim_hint()).  Claims do not look while a look that found
+ * nothing due is trusted, nor while another claim looks
+ * (pgq_item_due_skip()): under a snapshot held for minutes, the look walks
+ * the dead entries of every lease that ended since.
  */
 static void
 promote_due(const PgqGroup *group, TimestampTz now, bool fenced)
@@ -692,6 +700,7 @@ promote_due(const PgqGroup *group, TimestampTz now, bool fenced)
 	static SPIPlanPtr plans[2] = {NULL, NULL};
 	Datum		values[4];
 	int64		pending = PG_INT64_MAX; /* the first place made pending */
+	uint64		due_gen;
 	int			rc;
 
 #define PROMOTE_DUE(tries) \
@@ -733,6 +742,8 @@ promote_due(const PgqGroup *group, TimestampTz now, bool fenced)
 #undef PROMOTED
 	}
 #undef PROMOTE_DUE
+	if (pgq_item_due_skip(&group->ref, now, &due_gen))
+		return;
 	values[0] = Int64GetDatum(group->ref.group_id);
 	values[1] = TimestampTzGetDatum(now);
 	values[2] = Int32GetDatum(group->max_attempts);
@@ -740,6 +751,8 @@ promote_due(const PgqGroup *group, TimestampTz now, bool fenced)
 	rc = SPI_execute_plan(plans[fenced], values, NULL, false, 0);
 	if (rc != SPI_OK_UPDATE_RETURNING)
 		elog(ERROR, "could not update due items: %s", SPI_result_code_string(rc));
+	pgq_item_due_looked(&group->ref, due_gen, now,
+						SPI_processed < PGQ_PROMOTE_LIMIT);
 	if (SPI_processed > 0)
 		pgq_claim_changed_more();
 	for (uint64 i = 0; i < SPI_processed; i++)
@@ -854,7 +867,7 @@ claim_pending_items(const PgqGroup *group, int max_items, TimestampTz until,
 	pgq_xact_claiming(&group->ref, hint);
 	n = pgq_item_claim_pending(&group->ref, hint, max_items, until, items,
 							   cxt, &last);
-	pgq_xact_remember_lease_items(&group->ref, items, n);
+	pgq_xact_remember_lease_items(&group->ref, items, n, until);
 	pgq_xact_claiming_done_advance(gen, last > 0 ?
 								   pgq_item_position_after(last) : 0);
 
@@ -866,7 +879,7 @@ claim_pending_items(const PgqGroup *group, int max_items, TimestampTz until,
 		pgq_xact_claiming(&group->ref, 0);
 		below = pgq_item_claim_pending(&group->ref, 0, max_items - n, until,
 									   items + n, cxt, &last);
-		pgq_xact_remember_lease_items(&group->ref, items + n, below);
+		pgq_xact_remember_lease_items(&group->ref, items + n, below, until);
 		/* stranded below the hint: the first found is the first in order */
 		if (below > 0)
 			pgq_hint_lower(&group->ref, pgq_item_position(items[n].priority,

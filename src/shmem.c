@@ -170,7 +170,15 @@ typedef struct PgqGroupKey
  *	D1 has exceptions, each seen within PGQ_DUE_TRUST by claims (the
  *	maintenance worker trusts a record until its time): a deadline brought
  *	sooner by a prepared transaction's commit or by SQL with the trigger
- *	disabled, and a look that recorded after a later one.  A look that saw
+ *	disabled, and a look that recorded after a later one.  A lease-mode
+ *	queue's look (promote_due() in queue.c) holds D1 to D4 with items for
+ *	blocks, except that it sees no deadline beyond its time: it records
+ *	none due for PGQ_DUE_TRUST (lease claims lower that at commit as for
+ *	blocks), and a delayed item or a retry that comes due within that time
+ *	is moved back to pending up to that much later.  What brings an
+ *	item's deadline sooner forgets at commit: SQL, through the trigger
+ *	pgq.items_inflight (a fail, an ordering key handed on to a retry), and
+ *	a delayed enqueue, which writes without SQL.  A look that saw
  *	its transaction's own writes is forgotten if the transaction aborts
  *	(xact.c).
  *	Worth 27% of single lease claims and 40% of batches of 100.
@@ -218,7 +226,6 @@ typedef struct PgqGroupEntry
  * transaction, or by an UPDATE with the trigger disabled), or one that a
  * look recorded after a later look had (the exceptions to D1).
  */
-#define PGQ_DUE_TRUST	(1000 * 1000)	/* microseconds */
 
 /* What a role holds of the shared resources (see the file header). */
 typedef struct PgqRoleEntry

@@ -53,6 +53,7 @@
 #include "xact.h"
 
 PG_FUNCTION_INFO_V1(pgq_blocks_inflight);
+PG_FUNCTION_INFO_V1(pgq_items_inflight);
 
 /*
  * What a record stands for.  Undoing a claim or a drop may leave a claimable
@@ -67,6 +68,8 @@ typedef enum PgqRecordKind
 	PGQ_REC_CLAIM,				/* a transaction-mode claim, in the claimed count */
 	PGQ_REC_LEASE,				/* a lease-mode claim, in the claimed count
 								 * until the transaction ends */
+	PGQ_REC_ITEM_LEASE,			/* the same of an item, at its place in
+								 * claim order */
 	PGQ_REC_DROP,				/* pgq.drop_group() locked the group's blocks */
 	PGQ_REC_UNLOCK,				/* an advisory block to unlock at commit */
 	PGQ_REC_WAKE,				/* the group's waiters to wake at commit */
@@ -91,7 +94,8 @@ typedef struct PgqClaimRecord
 	int64		block_id;		/* 0 for PGQ_REC_DROP: every block */
 	int			nest_level;		/* (sub)transaction that made the record */
 	PgqRecordKind kind;
-	TimestampTz until;			/* PGQ_REC_LEASE of a group: the lease's end */
+	TimestampTz until;			/* PGQ_REC_LEASE of a group, and
+								 * PGQ_REC_ITEM_LEASE: the lease's end */
 } PgqClaimRecord;
 
 static PgqClaimRecord *claims = NULL;
@@ -232,20 +236,24 @@ pgq_xact_remember_lease(const PgqGroupRef *group, const PgqClaimed *blocks,
 }
 
 /*
- * The current (sub)transaction just took these items of a lease-mode queue:
- * pgq_xact_remember_lease() for items, whose records hold their places in
- * claim order (pgq_item_position()), to which an abort lowers the queue's
- * hint.  Room must be reserved.
+ * The current (sub)transaction just took these items of a lease-mode queue,
+ * under leases that end at "until": pgq_xact_remember_lease() for items,
+ * whose records hold their places in claim order (pgq_item_position()), to
+ * which an abort lowers the queue's hint.  Room must be reserved.
  */
 void
 pgq_xact_remember_lease_items(const PgqGroupRef *group,
-							  const PgqClaimed *items, int n)
+							  const PgqClaimed *items, int n,
+							  TimestampTz until)
 {
 	if (n == 0)
 		return;
 	for (int i = 0; i < n; i++)
+	{
 		add_record(group, pgq_item_position(items[i].priority, items[i].id),
-				   PGQ_REC_LEASE);
+				   PGQ_REC_ITEM_LEASE);
+		claims[nclaims - 1].until = until;
+	}
 	pgq_xact_count_claimed(group, n);
 }
 
@@ -302,7 +310,8 @@ pgq_xact_remember_pending(const PgqGroupRef *group, int64 position)
 
 /*
  * Has this transaction written, in SQL, a row of the group that is claimed
- * under a lease or waits for a retry (see pgq_blocks_inflight())?  Then
+ * under a lease or waits for a retry (see pgq_blocks_inflight()), or
+ * brought a deadline of a queue's item sooner (pgq_xact_deadline_sooner())?  Then
  * what shared memory knows of the group's deadlines does not cover the
  * transaction's own changes, and what the transaction sees of them is not
  * for others.
@@ -529,76 +538,14 @@ pgq_xact_wake_on_abort(const PgqGroupRef *group)
 }
 
 /*
- * pgq.blocks_inflight(), the row trigger BEFORE INSERT OR UPDATE of
- * pgq.blocks for rows claimed under a lease or waiting for a retry (its WHEN
- * clause).  Looks for due blocks walk a group only up to the highest such
- * block that shared memory knows of, so a row that becomes one (inserted,
- * updated from another state, or given another block or group id) has its
- * block id added there at commit (pgq_inflight_raise()): advisory mode's
- * pgq.fail(), or SQL run by hand.  Lease mode's release and fail change
- * blocks that were claimed already, which the bound covers; lease claims,
- * which run no SQL, raise it from their records (settle_claims()).
- *
- * Claims do not look for due blocks while shared memory knows that none is
- * due yet.  A row that becomes one, or whose deadline moves earlier (lease
- * mode's release and fail), makes its group's claims look again once the
- * transaction commits (pgq_due_forget()); a deadline moved later (extend)
- * or gone (complete, dead-lettering) makes nothing due sooner than known.
+ * Note for the transaction's commit that group_id has rows in flight up to
+ * block id "raise" (0: none new), and whether a deadline may have come
+ * sooner (see publish_inflight()).
  */
-Datum
-pgq_blocks_inflight(PG_FUNCTION_ARGS)
+static void
+note_inflight(int64 group_id, int64 raise, bool sooner)
 {
-	TriggerData *trigdata = (TriggerData *) fcinfo->context;
-	HeapTuple	tuple;
-	TupleDesc	tupdesc;
-	bool		isnull;
-	int64		group_id;
-	int64		block_id;
-	Datum		due;
-	bool		nodue;
-	int64		raise;			/* the block id to raise the bound to */
-	bool		sooner;			/* may a deadline come sooner? */
 	int			i;
-
-	if (!CALLED_AS_TRIGGER(fcinfo) ||
-		!TRIGGER_FIRED_BEFORE(trigdata->tg_event) ||
-		!TRIGGER_FIRED_FOR_ROW(trigdata->tg_event) ||
-		TRIGGER_FIRED_BY_DELETE(trigdata->tg_event))
-		ereport(ERROR,
-				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
-				 errmsg("pgq.blocks_inflight() can only be called as a BEFORE INSERT OR UPDATE ... FOR EACH ROW trigger")));
-
-	tupdesc = RelationGetDescr(trigdata->tg_relation);
-	tuple = TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) ?
-		trigdata->tg_newtuple : trigdata->tg_trigtuple;
-	group_id = DatumGetInt64(heap_getattr(tuple, Anum_blocks_group_id,
-										  tupdesc, &isnull));
-	block_id = DatumGetInt64(heap_getattr(tuple, Anum_blocks_block_id,
-										  tupdesc, &isnull));
-	due = heap_getattr(tuple, Anum_blocks_lease_until, tupdesc, &nodue);
-	raise = block_id;
-	sooner = !nodue;
-	if (TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event))
-	{
-		HeapTuple	old = trigdata->tg_trigtuple;
-		char		before = DatumGetChar(heap_getattr(old, Anum_blocks_state,
-													   tupdesc, &isnull));
-
-		/* a block that was in flight already, where it was */
-		if ((before == PGQ_BLOCK_CLAIMED || before == 'r') &&
-			DatumGetInt64(heap_getattr(old, Anum_blocks_group_id, tupdesc,
-									   &isnull)) == group_id &&
-			DatumGetInt64(heap_getattr(old, Anum_blocks_block_id, tupdesc,
-									   &isnull)) == block_id)
-		{
-			Datum		olddue = heap_getattr(old, Anum_blocks_lease_until,
-											  tupdesc, &isnull);
-
-			raise = 0;
-			if (sooner && !isnull)
-				sooner = DatumGetTimestampTz(due) < DatumGetTimestampTz(olddue);
-		}
-	}
 
 	for (i = 0; i < ninflight; i++)
 		if (inflight[i].group_id == group_id)
@@ -623,7 +570,114 @@ pgq_blocks_inflight(PG_FUNCTION_ARGS)
 	}
 	inflight[i].highest = Max(inflight[i].highest, raise);
 	inflight[i].sooner |= sooner;
+}
+
+/*
+ * The current transaction made items of a lease-mode queue wait for a
+ * delayed run without SQL (an enqueue), which the trigger
+ * pgq.items_inflight() does not see: when it commits, the queue's claims
+ * look for due items again (D1 in shmem.c), and until then, its own claims
+ * look every time.
+ */
+void
+pgq_xact_deadline_sooner(const PgqGroup *group)
+{
+	if (group->kind == PGQ_KIND_QUEUE && group->mode == PGQ_MODE_LEASE)
+		note_inflight(group->ref.group_id, 0, true);
+}
+
+/*
+ * The row trigger of pgq.blocks (pgq.blocks_inflight()) or pgq.items
+ * (pgq.items_inflight(), "items"), BEFORE INSERT OR UPDATE of rows claimed
+ * under a lease or waiting for a retry (its WHEN clause).
+ *
+ * Looks for due blocks walk a group only up to the highest such block that
+ * shared memory knows of, so a block that becomes one (inserted, updated
+ * from another state, or given another block or group id) has its block id
+ * added there at commit (pgq_inflight_raise()): advisory mode's pgq.fail(),
+ * or SQL run by hand.  Lease mode's release and fail change blocks that
+ * were claimed already, which the bound covers; lease claims, which run no
+ * SQL, raise it from their records (settle_claims()).  Looks for due items
+ * walk an index on the deadlines: no bound.
+ *
+ * Claims do not look for due blocks or items while shared memory knows that
+ * none is due yet.  A row that becomes one, or whose deadline moves earlier
+ * (lease mode's release and fail), makes its group's claims look again once
+ * the transaction commits (pgq_due_forget()); a deadline moved later
+ * (extend) or gone (complete, dead-lettering) makes nothing due sooner than
+ * known.
+ */
+static Datum
+inflight_trigger(FunctionCallInfo fcinfo, bool items)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+	AttrNumber	group_att = items ? Anum_items_group_id : Anum_blocks_group_id;
+	AttrNumber	state_att = items ? Anum_items_state : Anum_blocks_state;
+	AttrNumber	id_att = items ? Anum_items_item_id : Anum_blocks_block_id;
+	AttrNumber	due_att = items ? Anum_items_due_at : Anum_blocks_lease_until;
+	HeapTuple	tuple;
+	TupleDesc	tupdesc;
+	bool		isnull;
+	int64		group_id;
+	int64		id;
+	Datum		due;
+	bool		nodue;
+	int64		raise;			/* the block id to raise the bound to */
+	bool		sooner;			/* may a deadline come sooner? */
+
+	if (!CALLED_AS_TRIGGER(fcinfo) ||
+		!TRIGGER_FIRED_BEFORE(trigdata->tg_event) ||
+		!TRIGGER_FIRED_FOR_ROW(trigdata->tg_event) ||
+		TRIGGER_FIRED_BY_DELETE(trigdata->tg_event))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("%s can only be called as a BEFORE INSERT OR UPDATE ... FOR EACH ROW trigger",
+						items ? "pgq.items_inflight()" : "pgq.blocks_inflight()")));
+
+	tupdesc = RelationGetDescr(trigdata->tg_relation);
+	tuple = TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) ?
+		trigdata->tg_newtuple : trigdata->tg_trigtuple;
+	group_id = DatumGetInt64(heap_getattr(tuple, group_att, tupdesc, &isnull));
+	id = DatumGetInt64(heap_getattr(tuple, id_att, tupdesc, &isnull));
+	due = heap_getattr(tuple, due_att, tupdesc, &nodue);
+	raise = items ? 0 : id;
+	sooner = !nodue;
+	if (TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event))
+	{
+		HeapTuple	old = trigdata->tg_trigtuple;
+		char		before = DatumGetChar(heap_getattr(old, state_att,
+													   tupdesc, &isnull));
+
+		/* a row that was in flight already, where it was */
+		if ((before == 'c' || before == 'r') &&
+			DatumGetInt64(heap_getattr(old, group_att, tupdesc,
+									   &isnull)) == group_id &&
+			DatumGetInt64(heap_getattr(old, id_att, tupdesc, &isnull)) == id)
+		{
+			Datum		olddue = heap_getattr(old, due_att, tupdesc, &isnull);
+
+			raise = 0;
+			if (sooner && !isnull)
+				sooner = DatumGetTimestampTz(due) < DatumGetTimestampTz(olddue);
+		}
+	}
+
+	note_inflight(group_id, raise, sooner);
 	return PointerGetDatum(tuple);
+}
+
+/* pgq.blocks_inflight(): inflight_trigger() of pgq.blocks. */
+Datum
+pgq_blocks_inflight(PG_FUNCTION_ARGS)
+{
+	return inflight_trigger(fcinfo, false);
+}
+
+/* pgq.items_inflight(): inflight_trigger() of pgq.items, from 0.2. */
+Datum
+pgq_items_inflight(PG_FUNCTION_ARGS)
+{
+	return inflight_trigger(fcinfo, true);
 }
 
 /*
@@ -702,6 +756,7 @@ pgq_xact_own_in_flight(int64 group_id)
 	{
 		if ((claims[i].kind == PGQ_REC_CLAIM ||
 			 claims[i].kind == PGQ_REC_LEASE ||
+			 claims[i].kind == PGQ_REC_ITEM_LEASE ||
 			 claims[i].kind == PGQ_REC_RETRY) &&
 			claims[i].group.dbid == MyDatabaseId &&
 			claims[i].group.group_id == group_id)
@@ -801,6 +856,10 @@ settle_claims(int first, bool undone)
 						leased = Max(leased, claims[j].block_id);
 					}
 					break;
+				case PGQ_REC_ITEM_LEASE:
+					counted++;
+					until = Min(until, claims[j].until);
+					break;
 				case PGQ_REC_UNLOCK:
 					if (!undone)
 						pgq_advisory_unlock(claims[j].block_id);
@@ -841,7 +900,8 @@ settle_claims(int first, bool undone)
 		if (!undone && until != DT_NOEND)
 		{
 			/* now that the leases are visible: invariant B1 in shmem.c */
-			pgq_inflight_raise(group->dbid, group->group_id, leased);
+			if (leased > 0)
+				pgq_inflight_raise(group->dbid, group->group_id, leased);
 			pgq_due_lower(group, until);
 		}
 

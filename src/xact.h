@@ -22,8 +22,10 @@ extern void pgq_xact_remember_lease(const PgqGroupRef *group,
 									const PgqClaimed *blocks, int n,
 									TimestampTz until);
 extern void pgq_xact_remember_lease_items(const PgqGroupRef *group,
-										  const PgqClaimed *items, int n);
+										  const PgqClaimed *items, int n,
+										  TimestampTz until);
 extern bool pgq_xact_changed_deadlines(int64 group_id);
+extern void pgq_xact_deadline_sooner(const PgqGroup *group);
 extern int64 pgq_xact_inflight_highest(int64 group_id);
 extern void pgq_xact_remember_drop(const PgqGroupRef *group);
 extern void pgq_xact_unlock_at_commit(const PgqGroupRef *group, int64 block_id);

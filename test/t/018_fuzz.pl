@@ -1027,6 +1027,14 @@ sub gen_blocks_inflight
 		  . ' RETURNING block_id'));
 }
 
+# the same for pgq.items' row trigger
+sub gen_items_inflight
+{
+	return ('items_inflight', pick('SELECT pgq.items_inflight()',
+		'UPDATE pgq.items SET due_at = due_at WHERE item_id < 0'
+		  . ' RETURNING item_id'));
+}
+
 sub gen_pause
 {
 	my $fn = pick('pause', 'resume', 'resume');
@@ -1111,6 +1119,7 @@ my %generator_of = (
 	has_group_privilege => [ \&gen_has_group_privilege, 1 ],
 	channel => [ \&gen_channel, 1 ],
 	blocks_inflight => [ \&gen_blocks_inflight, 1 ],
+	items_inflight => [ \&gen_items_inflight, 1 ],
 	set_retention => [ \&gen_set_retention, 1 ],
 	retention_interval_in => [ \&gen_retention_interval, 1 ]);
 my %installed = map { $_ => 1 } @pgq_functions;
