@@ -1382,224 +1382,89 @@ pgq_queue_extend(const PgqGroup *group, int64 item_id, int32 attempt,
 }
 
 /*
- * Wake, at commit, the groups named by the rows (group_id, created_at) of
- * the last SPI statement, from column "col" on.
+ * What follows the completion of a run of items of one queue: a wake at
+ * commit, the notes for pgq.results, and their ordering keys handed on.
  */
 static void
-wake_returned_groups(int col)
+items_completed(const PgqGroup *group, const int64 *ids, int n, List *keys)
 {
-	int64		previous = 0;
-
-	for (uint64 i = 0; i < SPI_processed; i++)
-	{
-		PgqGroupRef group;
-
-		pgq_group_ref_from_tuple(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
-								 col, &group);
-		/* one record per run of rows of a group; a repeat would be harmless */
-		if (i > 0 && group.group_id == previous)
-			continue;
-		previous = group.group_id;
-		pgq_xact_wake_at_commit(&group);
-	}
-}
-
-/* An ordering key of a queue's item that a batch finished. */
-typedef struct FinishedKey
-{
-	int64		group_id;
-	text	   *key;
-} FinishedKey;
-
-/* qsort comparator: finished keys by queue */
-static int
-compare_finished(const void *a, const void *b)
-{
-	return pgq_compare_int64(&((const FinishedKey *) a)->group_id,
-							 &((const FinishedKey *) b)->group_id);
-}
-
-/*
- * Hand on the ordering keys of the items done by the last SPI statement,
- * whose rows name their queue's id in column "group_col" and their
- * ordering key in column "key_col", queue by queue; frees the statement's
- * result.
- */
-static void
-hand_on_returned_keys(int group_col, int key_col)
-{
-	SPITupleTable *tuptable = SPI_tuptable;
-	FinishedKey *keys = palloc(Max(SPI_processed, 1) * sizeof(FinishedKey));
-	int			n = 0;
-
-	for (uint64 i = 0; i < SPI_processed; i++)
-	{
-		bool		isnull;
-		Datum		key = SPI_getbinval(tuptable->vals[i], tuptable->tupdesc,
-										key_col, &isnull);
-
-		if (isnull)
-			continue;
-		keys[n].key = DatumGetTextPCopy(key);
-		keys[n].group_id = DatumGetInt64(SPI_getbinval(tuptable->vals[i],
-													   tuptable->tupdesc,
-													   group_col, &isnull));
-		n++;
-	}
-	SPI_freetuptable(tuptable);
-	qsort(keys, n, sizeof(FinishedKey), compare_finished);
-	for (int i = 0; i < n;)
-	{
-		PgqGroup	group;
-		List	   *same = NIL;
-		int			j;
-
-		for (j = i; j < n && keys[j].group_id == keys[i].group_id; j++)
-			same = lappend(same, keys[j].key);
-		if (pgq_find_group_id(keys[i].group_id, &group))
-			pgq_ordering_hand_on(&group, same);
-		i = j;
-	}
-}
-
-/*
- * The queues (a bigint[] Datum of group ids) of the items of ids (a
- * bigint[] Datum) that the caller may consume; an error for a queue that it
- * may see but not consume.  Items of queues that it may not see are left
- * out, as if there were no such items.  The grants are read as committed
- * last, as every other privilege decision reads them (lookup_by()), whatever
- * the transaction's isolation level.
- */
-static Datum
-queues_to_complete(Datum ids)
-{
-	Oid			argtypes[1] = {INT8ARRAYOID};
-	Datum		values[1] = {ids};
-	Datum	   *queues;
-	int			n = 0;
-	int			rc;
-
-	rc = pgq_execute_fresh("SELECT group_name, owner, consumers, producers, "
-						   "group_id "
-						   "FROM pgq.groups WHERE group_id " OP("=") " ANY (ARRAY("
-						   "SELECT group_id FROM pgq.items "
-						   "WHERE item_id " OP("=") " ANY ($1)))",
-						   1, argtypes, values);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "could not read groups: %s", SPI_result_code_string(rc));
-	queues = palloc(Max(SPI_processed, 1) * sizeof(Datum));
-	for (uint64 i = 0; i < SPI_processed; i++)
-	{
-		PgqGroup	group;
-		bool		isnull;
-
-		strlcpy(group.name, SPI_getvalue(SPI_tuptable->vals[i],
-										 SPI_tuptable->tupdesc, 1),
-				sizeof(group.name));
-		pgq_set_privileges(&group,
-						   DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i],
-														  SPI_tuptable->tupdesc,
-														  2, &isnull)),
-						   SPI_getbinval(SPI_tuptable->vals[i],
-										 SPI_tuptable->tupdesc, 3, &isnull),
-						   SPI_getbinval(SPI_tuptable->vals[i],
-										 SPI_tuptable->tupdesc, 4, &isnull));
-		if (!pgq_may_see_group(&group))
-			continue;
-		pgq_check_privilege(&group, PGQ_PRIV_CONSUME);
-		queues[n++] = SPI_getbinval(SPI_tuptable->vals[i],
-									SPI_tuptable->tupdesc, 5, &isnull);
-	}
-	return PointerGetDatum(construct_array(queues, n, INT8OID, sizeof(int64),
-										   FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	if (n == 0)
+		return;
+	pgq_xact_wake_at_commit(&group->ref);
+	pgq_events_note(&group->ref, ids, n, 'd');
+	pgq_ordering_hand_on(group, keys);
 }
 
 /*
  * Complete the lease-mode items among the first n ids, each under its
- * attempt and with its result, in one statement, after checking that the
- * caller may consume their queues (items of queues it may not see are left
- * alone).  Their ids go to done[*ndone], as plain int64s: a bigint Datum of
- * SPI's result is a pointer where int8 is passed by reference, and
- * SPI_finish() frees what it points to.
+ * attempt and with its result, as pgq.complete() does, through the index
+ * and table AMs (pgq_item_finish_held()), after checking that the caller
+ * may consume their queues: items of queues it may not see are not held.
+ * Their ids go to done[*ndone].  What follows a completion is done once per
+ * run of items of one queue (a claim's items are all of one).
  */
 static void
 complete_items(PgqArrayArg *ids, PgqArrayArg *attempts, PgqArrayArg *results, int n,
 			   int64 *done, int *ndone)
 {
-	Oid			argtypes[4] = {INT8ARRAYOID, INT4ARRAYOID, JSONBARRAYOID,
-	INT8ARRAYOID};
-	Datum		values[4];
-	char		nulls[4] = "    ";
-	int			dims[1] = {n};
-	int			lbs[1] = {1};
-	bool		ordered;
-	int			rc;
+	PgqGroup	group;
+	bool		have_group = false;
+	int			first = *ndone; /* the current queue's run starts here */
+	List	   *keys = NIL;
 
-	values[0] = PointerGetDatum(construct_array(ids->values, n, INT8OID,
-												sizeof(int64), FLOAT8PASSBYVAL,
-												TYPALIGN_DOUBLE));
-	values[1] = PointerGetDatum(construct_array(attempts->values, n, INT4OID,
-												sizeof(int32), true,
-												TYPALIGN_INT));
-	if (results->n >= 0)
-		values[2] = PointerGetDatum(construct_md_array(results->values,
-													   results->nulls, 1, dims,
-													   lbs, JSONBOID, -1, false,
-													   TYPALIGN_INT));
-	else
+	for (int i = 0; i < n; i++)
 	{
-		values[2] = (Datum) 0;
-		nulls[2] = 'n';
-	}
-	values[3] = queues_to_complete(values[0]);
-	ordered = pgq_ordering_supported();
-#define COMPLETE_ITEMS \
-	"UPDATE pgq.items i SET state = 'd', due_at = NULL, " \
-	"result = u.result, " \
-	"finished_at = pg_catalog.clock_timestamp() " \
-	"FROM ROWS FROM (pg_catalog.unnest($1), " \
-	"pg_catalog.unnest($2), pg_catalog.unnest($3)) " \
-	"AS u (id, attempt, result), pgq.groups g " \
-	"WHERE i.item_id " OP("=") " u.id " \
-	"AND i.state " OP("=") " 'c' " \
-	"AND i.attempt " OP("=") " u.attempt " \
-	"AND g.group_id " OP("=") " i.group_id " \
-	"AND g.group_id " OP("=") " ANY ($4) " \
-	"RETURNING i.item_id, g.group_id, g.created_at"
-	/* from 0.2 on, with the ordering keys to hand on */
-	rc = SPI_execute_with_args(ordered ?
-							   COMPLETE_ITEMS ", i.ordering_key" : COMPLETE_ITEMS,
-							   4, argtypes, values, nulls, false, 0);
-#undef COMPLETE_ITEMS
-	if (rc != SPI_OK_UPDATE_RETURNING)
-		elog(ERROR, "could not complete items: %s", SPI_result_code_string(rc));
-	/* no more than one per id, even should rows made by hand share one */
-	for (uint64 i = 0; i < SPI_processed && *ndone < ids->n; i++)
-	{
-		bool		isnull;
+		int64		id = DatumGetInt64(ids->values[i]);
+		int32		attempt = DatumGetInt32(attempts->values[i]);
+		NullableDatum result = {(Datum) 0, true};
+		NullableDatum data = {(Datum) 0, true};
+		PgqGroup	found;
+		text	   *key;
 
-		done[(*ndone)++] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i],
-													   SPI_tuptable->tupdesc,
-													   1, &isnull));
+		CHECK_FOR_INTERRUPTS();
+		if (!pgq_lookup_item(id, &found))
+			continue;
+		if (!have_group || found.ref.group_id != group.ref.group_id)
+		{
+			if (have_group)
+				items_completed(&group, done + first, *ndone - first, keys);
+			pgq_check_privilege(&found, PGQ_PRIV_CONSUME);
+			group = found;
+			have_group = true;
+			first = *ndone;
+			keys = NIL;
+		}
+		/* only lease mode has claimed items: the others are not held so */
+		if (group.mode != PGQ_MODE_LEASE)
+			continue;
+		if (results->n >= 0)
+		{
+			result.value = results->values[i];
+			result.isnull = results->nulls[i];
+		}
+		if (!pgq_item_finish_held(group.ref.group_id, id, &attempt, result,
+								  data, &key))
+			continue;
+		done[(*ndone)++] = id;
+		if (key != NULL)
+			keys = lappend(keys, key);
 	}
-	wake_returned_groups(2);
-	pgq_events_note_rows(NULL, 1, 2, 0, 'd');
-	if (ordered)
-		hand_on_returned_keys(2, 4);
+	if (have_group)
+		items_completed(&group, done + first, *ndone - first, keys);
 }
 
 /*
  * pgq.complete_many(block_ids, attempts, results) -> bigint[]
  *
- * Complete many lease-mode claims, each under its attempt: blocks of query
- * groups one by one through the table AM, as pgq.complete() does, and the
- * items of queues (with their results, if results is given) in two
- * statements, whatever their number.  A call usually completes what one
- * claim returned, all blocks or all items: the first id decides which are
- * looked for first.  Returns the ids completed: those the caller still
- * held.  Only lease-mode claims have state 'c', so claims of other modes are
- * never touched.  The caller must be allowed to consume every group
- * concerned that it may see; ids of the others are not held.
+ * Complete many lease-mode claims, each under its attempt, one by one
+ * through the index and table AMs, as pgq.complete() does: blocks of query
+ * groups, and items of queues (with their results, if results is given).
+ * A call usually completes what one claim returned, all blocks or all
+ * items: the first id decides which are looked for first.  Returns the ids
+ * completed: those the caller still held.  Only lease-mode claims are held
+ * under an attempt, so claims of other modes are never touched.  The caller
+ * must be allowed to consume every group concerned that it may see; ids of
+ * the others are not held.
  */
 Datum
 pgq_complete_many(PG_FUNCTION_ARGS)
