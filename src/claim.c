@@ -424,14 +424,15 @@ pgq_claim_locks_rows(const PgqGroup *group)
 /*
  * pgq_claim_attempt() in a subtransaction of its own, rolled back if it claims
  * nothing, for waiting claims that update rows (pgq_claim_locks_rows()).  In
- * READ COMMITTED, FOR UPDATE SKIP LOCKED (in the statements that take queue
- * items) follows a row that another claim updated since
- * the snapshot, locks its new version, finds that it no longer
- * qualifies and skips it, but keeps the lock: a claim that then sleeps would
- * hold up the other claimer's complete or fail for the whole wait.  The
- * rollback lets go of such locks before the sleep.  An attempt that changed
- * other rows (dead-lettered a block, moved due items back) is kept instead:
- * that is rare, and undoing it would leave the group waiting for it.
+ * READ COMMITTED, FOR UPDATE SKIP LOCKED (in the statements that take
+ * transaction-mode queues' items, and lease-mode ones' due items) follows a
+ * row that another claim updated since the snapshot, locks its new version,
+ * finds that it no longer qualifies and skips it, but keeps the lock: a
+ * claim that then sleeps would hold up the other claimer's complete or fail
+ * for the whole wait.  The rollback lets go of such locks before the sleep.
+ * An attempt that changed other rows (dead-lettered a block, moved due
+ * items back) is kept instead: that is rare, and undoing it would leave the
+ * group waiting for it.
  *
  * An error rolls the subtransaction back here before it goes on, as
  * PL/pgSQL's exception blocks do: left open, it would be the one that the

@@ -145,7 +145,6 @@ static Oid	my_epoch_seq = InvalidOid;
 static int32 my_epoch = 0;
 static bool my_epoch_read = false;
 
-
 /* The latest commit that this claim's numbers wait for (see above). */
 static bool reclaimed = false;
 static XLogRecPtr reclaimed_lsn = InvalidXLogRecPtr;
