@@ -679,6 +679,39 @@ pgq_enqueue_many(PG_FUNCTION_ARGS)
 }
 
 /*
+ * Is an item of the queue due by "now" still, after promote_due() moved
+ * what it could lock?  It passed over the items that other transactions
+ * hold locked (an extend, a complete or a fail of a lease that ran out):
+ * should they roll back, those items are due, and a look must not have
+ * recorded that none is.
+ */
+static bool
+due_items_left(const PgqGroup *group, TimestampTz now)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		values[2];
+	int			rc;
+
+	if (plan == NULL)
+	{
+		Oid			argtypes[2] = {INT8OID, TIMESTAMPTZOID};
+
+		plan = pgq_keep_plan("SELECT FROM pgq.items "
+							 "WHERE group_id " OP("=") " $1 "
+							 "AND state " OP("=") " ANY ('{c,r}'::pg_catalog.\"char\"[]) "
+							 "AND due_at " OP("<=") " $2 LIMIT 1",
+							 2, argtypes);
+	}
+	values[0] = Int64GetDatum(group->ref.group_id);
+	values[1] = TimestampTzGetDatum(now);
+	rc = SPI_execute_plan(plan, values, NULL, true, 1);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "could not look for due items: %s",
+			 SPI_result_code_string(rc));
+	return SPI_processed > 0;
+}
+
+/*
  * Move the queue's due items back to pending: delayed items and retries
  * whose time came, and claims whose lease ran out, which count as a failed
  * attempt and are dead-lettered if that was the last one (handing their
@@ -701,6 +734,7 @@ promote_due(const PgqGroup *group, TimestampTz now, bool fenced)
 	Datum		values[4];
 	int64		pending = PG_INT64_MAX; /* the first place made pending */
 	uint64		due_gen;
+	bool		all;			/* moved every item due it could lock */
 	int			rc;
 
 #define PROMOTE_DUE(tries) \
@@ -751,8 +785,6 @@ promote_due(const PgqGroup *group, TimestampTz now, bool fenced)
 	rc = SPI_execute_plan(plans[fenced], values, NULL, false, 0);
 	if (rc != SPI_OK_UPDATE_RETURNING)
 		elog(ERROR, "could not update due items: %s", SPI_result_code_string(rc));
-	pgq_item_due_looked(&group->ref, due_gen, now,
-						SPI_processed < PGQ_PROMOTE_LIMIT);
 	if (SPI_processed > 0)
 		pgq_claim_changed_more();
 	for (uint64 i = 0; i < SPI_processed; i++)
@@ -774,6 +806,7 @@ promote_due(const PgqGroup *group, TimestampTz now, bool fenced)
 	/* the queue's claims find them from their places on (H1, shmem.c) */
 	if (pending != PG_INT64_MAX)
 		pgq_xact_remember_pending(&group->ref, pending);
+	all = SPI_processed < PGQ_PROMOTE_LIMIT;
 	if (fenced)
 	{
 		List	   *finished;
@@ -785,6 +818,8 @@ promote_due(const PgqGroup *group, TimestampTz now, bool fenced)
 	}
 	else
 		SPI_freetuptable(SPI_tuptable);
+	pgq_item_due_looked(&group->ref, due_gen, now,
+						all && !due_items_left(group, now));
 }
 
 /* qsort comparator: claimed items in claim order */
