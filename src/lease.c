@@ -431,7 +431,18 @@ commit_lsn_if_known(TransactionId xid)
 static void
 wait_for_commit_of(TransactionId xmin)
 {
-	if (TransactionIdIsNormal(xmin))
+	if (TransactionIdIsCurrentTransactionId(xmin))
+	{
+		/*
+		 * The row version is this transaction's own (it released the block,
+		 * or failed it with a retry at once): the claim before is that of
+		 * the version it changed, whose commit came before the change, and
+		 * so before the WAL this transaction wrote.
+		 */
+		if (XactLastRecEnd > reclaimed_lsn)
+			reclaimed_lsn = XactLastRecEnd;
+	}
+	else if (TransactionIdIsNormal(xmin))
 	{
 		XLogRecPtr	lsn = commit_lsn_if_known(xmin);
 
