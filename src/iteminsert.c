@@ -20,9 +20,11 @@
  *	  the session met a taken key lately (see pgq.key_lookups).
  *
  * This is safe for the reasons blockscan.c gives for pgq.blocks: pgq owns
- * the table, which has no rules, policies, triggers, foreign keys or CHECK
+ * the table, which has no rules, policies, foreign keys or CHECK
  * constraints of its own (docs/administration.md says that those that
- * someone adds do not see these inserts), and the callers check the
+ * someone adds do not see these inserts), and its one trigger,
+ * items_inflight, is for changes made in SQL: a delayed enqueue tells
+ * shared memory itself (pgq_xact_deadline_sooner()).  The callers check the
  * caller's privilege on the queue first.  One EState serves every row of a
  * call, so that enqueue_many pays for the executor state once.
  *

@@ -342,11 +342,12 @@ pgq_item_claim_pending(const PgqGroupRef *group, int64 from, int limit,
 			TupleTableSlot *old = w.scan.slot;
 
 			slot_getallattrs(old);
-			*last = pgq_item_position(DatumGetInt32(old->tts_values[Anum_items_priority - 1]),
-									  DatumGetInt64(old->tts_values[Anum_items_item_id - 1]));
 			if (DatumGetChar(old->tts_values[Anum_items_state - 1]) != PGQ_ITEM_PENDING)
 				continue;
+			/* counted before the hint may move past it (C1 in shmem.c) */
 			pgq_xact_claiming_count(limit - n);
+			*last = pgq_item_position(DatumGetInt32(old->tts_values[Anum_items_priority - 1]),
+									  DatumGetInt64(old->tts_values[Anum_items_item_id - 1]));
 			if (!pgq_writer_lock(&w))
 				continue;
 			claim_item(&w, until, epoch, &items[n++], cxt);

@@ -221,10 +221,11 @@ typedef struct PgqGroupEntry
 } PgqGroupEntry;
 
 /*
- * How long a look for due blocks is trusted: the bound on how late a claim
- * sees a deadline that no commit announced (one changed by a prepared
- * transaction, or by an UPDATE with the trigger disabled), or one that a
- * look recorded after a later look had (the exceptions to D1).
+ * PGQ_DUE_TRUST (shmem.h), how long a look for due blocks is trusted, is the
+ * bound on how late a claim sees a deadline that no commit announced (one
+ * changed by a prepared transaction, or by an UPDATE with the trigger
+ * disabled), or one that a look recorded after a later look had (the
+ * exceptions to D1).
  */
 
 /* What a role holds of the shared resources (see the file header). */

@@ -213,8 +213,9 @@ pgq_xact_remember(const PgqGroupRef *group, const PgqClaimed *blocks, int n)
 }
 
 /*
- * The current (sub)transaction just took these blocks of a lease-mode group
- * (of a query group, with leases that end at "until"; of a queue, 0).
+ * The current (sub)transaction just took these blocks of a lease-mode group,
+ * with leases that end at "until" (items of queues are
+ * pgq_xact_remember_lease_items()'s).
  * Should it roll back, the ones that were pending are pending again.  Until
  * it ends they count as claimed in shared memory, so that others know a
  * claim is in flight (group_stats counts committed leases from the table).
