@@ -704,7 +704,8 @@ due_items_left(const PgqGroup *group, TimestampTz now)
 	}
 	values[0] = Int64GetDatum(group->ref.group_id);
 	values[1] = TimestampTzGetDatum(now);
-	rc = SPI_execute_plan(plan, values, NULL, true, 1);
+	/* not read-only: a fresh snapshot, which sees the items moved already */
+	rc = SPI_execute_plan(plan, values, NULL, false, 1);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "could not look for due items: %s",
 			 SPI_result_code_string(rc));

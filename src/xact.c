@@ -695,7 +695,7 @@ pgq_xact_inflight_highest(int64 group_id)
 		if (inflight[i].group_id == group_id)
 			highest = inflight[i].highest;
 	for (int i = 0; i < nclaims; i++)
-		if (claims[i].kind == PGQ_REC_LEASE && claims[i].until != 0 &&
+		if (claims[i].kind == PGQ_REC_LEASE &&
 			claims[i].group.group_id == group_id)
 			highest = Max(highest, claims[i].block_id);
 	return highest;
@@ -851,11 +851,8 @@ settle_claims(int first, bool undone)
 					break;
 				case PGQ_REC_LEASE:
 					counted++;
-					if (claims[j].until != 0)
-					{
-						until = Min(until, claims[j].until);
-						leased = Max(leased, claims[j].block_id);
-					}
+					until = Min(until, claims[j].until);
+					leased = Max(leased, claims[j].block_id);
 					break;
 				case PGQ_REC_ITEM_LEASE:
 					counted++;
