@@ -52,13 +52,19 @@ COMMENT ON FUNCTION pgq.claim(text, integer, interval, bigint, bigint, integer) 
 ALTER TABLE pgq.items DROP CONSTRAINT items_state_check,
                       DROP CONSTRAINT items_priority_check;
 
--- Items are looked up by id alone (complete, result, retry, complete_many)
--- through a btree, not a hash index: every insert into a hash index
--- write-locks its metapage to count the tuple, and concurrent enqueues
--- queued there (enqueue_many of 100 at 8 clients: 595 to 654 batches per
--- second with the hash index, 763 to 908 with this btree).
+-- Items are looked up by id alone (complete, result, retry, complete_many),
+-- and item ids are unique across queues (they come from one sequence, as
+-- block ids do): the primary key is the item id, through a btree.  0.1 kept
+-- a primary key on (group_id, item_id) and a hash index on item_id: every
+-- row version of an item had an entry in both, and every insert into a
+-- hash index write-locks its metapage to count the tuple, where concurrent
+-- enqueues queued.  What read a queue's items by group_id alone (dropping
+-- a queue, counting it for pgq.max_queue_items, queue_stats) reads them
+-- through the partial indexes, which between them hold every item of a
+-- queue once per state.
 DROP INDEX pgq.items_item_id_idx;
-CREATE INDEX items_item_id_idx ON pgq.items (item_id);
+ALTER TABLE pgq.items DROP CONSTRAINT items_pkey,
+                      ADD CONSTRAINT items_pkey PRIMARY KEY (item_id);
 
 -- Blocks too, for the same reason: a lease claim that is not a HOT update
 -- (see below) writes a new row version of its block, and with it an entry in
@@ -711,7 +717,9 @@ COMMENT ON FUNCTION pgq.enqueue_many(text, jsonb[], text[], integer, timestamptz
 -- advisory locks are held (read from pg_locks, as group_stats does) count
 -- as running.  dead_items lists the dead-lettered items that still have
 -- their payloads and errors (past retention there is nothing left to look
--- at), with their ordering keys.
+-- at), with their ordering keys.  queue_stats reads a queue's items state
+-- by state, each through the partial index that holds that state, since the
+-- primary key of pgq.items no longer begins with group_id.
 CREATE OR REPLACE VIEW pgq.queue_stats WITH (security_barrier) AS
 SELECT g.group_name AS queue_name,
        g.mode,
@@ -725,12 +733,8 @@ SELECT g.group_name AS queue_name,
        count(i.item_id) FILTER (WHERE (i.state = 'c' AND i.due_at > now())
                                    OR h.id IS NOT NULL)
            AS running,
-       count(i.item_id) FILTER (WHERE i.state = 'd'
-                                  AND (i.payload IS NOT NULL
-                                       OR i.data IS NOT NULL)) AS done,
-       count(i.item_id) FILTER (WHERE i.state = 'f'
-                                  AND (i.payload IS NOT NULL
-                                       OR i.data IS NOT NULL)) AS dead,
+       count(i.item_id) FILTER (WHERE i.state = 'd' AND i.has_payload) AS done,
+       count(i.item_id) FILTER (WHERE i.state = 'f' AND i.has_payload) AS dead,
        now() - min(CASE WHEN i.state = 'p' THEN i.enqueued_at
                         WHEN i.state IN ('c', 'r') AND i.due_at <= now()
                         THEN greatest(i.enqueued_at, i.due_at)
@@ -743,13 +747,30 @@ SELECT g.group_name AS queue_name,
        g.created_at,
        g.paused,
        count(i.item_id) FILTER (WHERE i.state IN ('d', 'f')
-                                  AND i.payload IS NULL
-                                  AND i.data IS NULL) AS kept_keys,
+                                  AND NOT i.has_payload) AS kept_keys,
        g.retention,
        g.key_retention,
        count(i.item_id) FILTER (WHERE i.state = 'w') AS waiting
 FROM pgq.groups g
-LEFT JOIN pgq.items i ON i.group_id = g.group_id
+LEFT JOIN LATERAL (
+    -- state by state, each through the partial index that holds it
+    SELECT item_id, state, due_at, enqueued_at, true AS has_payload
+    FROM pgq.items WHERE group_id = g.group_id AND state = 'p'
+    UNION ALL
+    SELECT item_id, state, due_at, enqueued_at, true
+    FROM pgq.items WHERE group_id = g.group_id AND state IN ('c', 'r')
+    UNION ALL
+    SELECT item_id, state, due_at, enqueued_at, true
+    FROM pgq.items WHERE group_id = g.group_id AND state = 'w'
+                     AND ordering_key IS NOT NULL
+    UNION ALL
+    SELECT item_id, state, due_at, enqueued_at, true
+    FROM pgq.items WHERE group_id = g.group_id AND state IN ('d', 'f')
+                     AND (payload IS NOT NULL OR data IS NOT NULL)
+    UNION ALL
+    SELECT item_id, state, due_at, enqueued_at, false
+    FROM pgq.items WHERE group_id = g.group_id AND state IN ('d', 'f')
+                     AND payload IS NULL AND data IS NULL) i ON true
 LEFT JOIN (SELECT l.classid::bigint << 32 | l.objid::bigint AS id
            FROM pg_catalog.pg_locks l
            WHERE l.locktype = 'advisory' AND l.granted

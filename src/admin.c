@@ -143,13 +143,21 @@ pgq_purge(PG_FUNCTION_ARGS)
 	values[0] = Int64GetDatum(group.ref.group_id);
 	values[1] = PG_GETARG_DATUM(1);
 	values[2] = PG_GETARG_DATUM(2);
+
+	/*
+	 * The last condition, always true, names the two partial indexes of
+	 * finished items (with and without their payloads) for the planner.
+	 */
 	if (group.kind == PGQ_KIND_QUEUE)
 		rc = SPI_execute_with_args("DELETE FROM pgq.items "
 								   "WHERE group_id " OP("=") " $1 "
-								   "AND (state " OP("=") " 'd' "
-								   "OR ($3 AND state " OP("=") " 'f')) "
+								   "AND state " OP("=") " ANY (CASE WHEN $3 "
+								   "THEN '{d,f}'::pg_catalog.\"char\"[] "
+								   "ELSE '{d}'::pg_catalog.\"char\"[] END) "
 								   "AND finished_at " OP("<=") " (pg_catalog.now() "
-								   OP("-") " $2)",
+								   OP("-") " $2) "
+								   "AND ((payload IS NOT NULL OR data IS NOT NULL) "
+								   "OR (payload IS NULL AND data IS NULL))",
 								   3, argtypes, values, NULL, false, 0);
 	else
 		rc = SPI_execute_with_args("DELETE FROM pgq.blocks "

@@ -612,14 +612,11 @@ verify_locked_item(const PgqGroup *group, int64 item_id, PgqBlockScan *found,
 	}
 	if (!ok)
 	{
-		ScanKeyData keys[2];
-
-		/* the primary key is (group_id, item_id), as blocks' is */
 		row = &scan;
-		pgq_item_scan_open(&scan, "items_pkey", AccessShareLock);
-		pgq_block_key(keys, group->ref.group_id, item_id);
-		pgq_block_scan_keys(&scan, keys, 2);
-		ok = pgq_block_scan_next(&scan);
+		pgq_item_scan_open(&scan, pgq_item_id_index(), AccessShareLock);
+		ok = pgq_scan_find_id(&scan, item_id, Anum_items_item_id) &&
+			DatumGetInt64(pgq_block_attr(&scan, Anum_items_group_id,
+										 &isnull)) == group->ref.group_id;
 	}
 	if (ok)
 	{

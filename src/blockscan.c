@@ -244,6 +244,29 @@ pgq_rel_oid(const char *name)
 	return own_rel(name)->relid;
 }
 
+/*
+ * The index that finds an item by its id alone: the primary key from 0.2,
+ * the hash index on item_id in a database still at 0.1 (whose primary key
+ * is (group_id, item_id)).
+ */
+const char *
+pgq_item_id_index(void)
+{
+	static bool known = false;
+	static uint64 generation;
+	static bool old_index;
+
+	AcceptInvalidationMessages();
+	if (!known || generation != own_rels_generation)
+	{
+		old_index = OidIsValid(get_relname_relid("items_item_id_idx",
+												 get_namespace_oid("pgq", false)));
+		generation = own_rels_generation;
+		known = true;
+	}
+	return old_index ? "items_item_id_idx" : "items_pkey";
+}
+
 /* Whether a function OID is not built in (check_functions_in_node()). */
 static bool
 is_user_function(Oid funcid, void *context)

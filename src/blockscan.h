@@ -98,6 +98,7 @@ extern void pgq_block_key(ScanKey keys, int64 group_id, int64 block_id);
 extern Datum pgq_block_attr(PgqBlockScan *scan, AttrNumber attnum,
 							bool *isnull);
 extern bool pgq_scan_find_id(PgqBlockScan *scan, int64 id, AttrNumber id_att);
+extern const char *pgq_item_id_index(void);
 extern bool pgq_block_group_id(int64 block_id, int64 *group_id);
 extern bool pgq_block_delete(int64 group_id, int64 block_id,
 							 const int32 *attempt);

@@ -23,6 +23,7 @@
 #include "commands/sequence.h"
 #include "executor/executor.h"
 #include "executor/spi.h"
+#include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
 #include "nodes/nodeFuncs.h"
@@ -50,6 +51,7 @@
 #include "lease.h"
 #include "materialize.h"
 #include "privilege.h"
+#include "queue.h"
 #include "shmem.h"
 #include "wait.h"
 #include "xact.h"
@@ -1702,6 +1704,9 @@ pgq_drop_group(PG_FUNCTION_ARGS)
 	PgqScope	scope;
 	bool		isnull;
 	int			rc;
+	const char *const *classes;
+	int			nclasses;
+	StringInfoData sql;
 
 	pgq_check_arg_not_null(fcinfo, 0, "group_name");
 	pgq_check_name(PG_GETARG_TEXT_PP(0));
@@ -1766,9 +1771,20 @@ pgq_drop_group(PG_FUNCTION_ARGS)
 						   1, &argtype, &value);
 	if (rc != SPI_OK_DELETE)
 		elog(ERROR, "could not delete blocks: %s", SPI_result_code_string(rc));
-	rc = pgq_execute_fresh("DELETE FROM pgq.items "
-						   "WHERE group_id " OP("=") " $1",
-						   1, &argtype, &value);
+
+	/*
+	 * One statement for every state of item: a row that a concurrent
+	 * transaction moves from one state to another is rechecked in its new
+	 * state, which the statement also covers, once that transaction ends.
+	 */
+	nclasses = pgq_item_classes(&classes);
+	initStringInfo(&sql);
+	appendStringInfoString(&sql, "DELETE FROM pgq.items "
+						   "WHERE group_id " OP("=") " $1 AND (");
+	for (int i = 0; i < nclasses; i++)
+		appendStringInfo(&sql, "%s(%s)", i > 0 ? " OR " : "", classes[i]);
+	appendStringInfoChar(&sql, ')');
+	rc = pgq_execute_fresh(sql.data, 1, &argtype, &value);
 	if (rc != SPI_OK_DELETE)
 		elog(ERROR, "could not delete items: %s", SPI_result_code_string(rc));
 

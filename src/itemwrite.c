@@ -55,9 +55,8 @@ static struct
 }			last_found;
 
 /*
- * The queue of an item, looked up by the item's id through the index on
- * item_id (a btree, or a hash index in a database still at 0.1).  False if
- * there is no such item now.
+ * The queue of an item, looked up by the item's id (pgq_item_id_index()).
+ * False if there is no such item now.
  */
 bool
 pgq_item_group_id(int64 item_id, int64 *group_id)
@@ -66,7 +65,7 @@ pgq_item_group_id(int64 item_id, int64 *group_id)
 	bool		found;
 
 	last_found.item_id = 0;
-	pgq_item_scan_open(&scan, "items_item_id_idx", AccessShareLock);
+	pgq_item_scan_open(&scan, pgq_item_id_index(), AccessShareLock);
 	found = pgq_scan_find_id(&scan, item_id, Anum_items_item_id);
 	if (found)
 	{
@@ -202,21 +201,15 @@ pgq_item_finish_held(int64 group_id, int64 item_id, const int32 *attempt,
 		bool		found;
 
 		CHECK_FOR_INTERRUPTS();
-		pgq_item_scan_open(&scan, "items_pkey", RowExclusiveLock);
+		pgq_item_scan_open(&scan, pgq_item_id_index(), RowExclusiveLock);
 		found = by_tid &&
 			table_tuple_fetch_row_version(scan.heap, &tid, scan.snapshot,
 										  scan.slot) &&
 			is_item(&scan, group_id, item_id);
 		by_tid = false;
 		if (!found)
-		{
-			ScanKeyData keys[2];
-
-			/* the primary key is (group_id, item_id), as blocks' is */
-			pgq_block_key(keys, group_id, item_id);
-			pgq_block_scan_keys(&scan, keys, 2);
-			found = pgq_block_scan_next(&scan);
-		}
+			found = pgq_scan_find_id(&scan, item_id, Anum_items_item_id) &&
+				is_item(&scan, group_id, item_id);
 		if (found)
 		{
 			bool		isnull;

@@ -399,6 +399,39 @@ report_no_payload(void)
 }
 
 /*
+ * Conditions that, each with "group_id = $1", find every item of a queue
+ * once: *conds gets them, and the count is returned.  From 0.2 the primary
+ * key of pgq.items is the item id alone, and a queue's items are found
+ * state by state, each state through the partial index that holds it:
+ * items_pending_idx, items_due_idx, items_ordering_idx (items waiting
+ * behind their ordering key's head), items_finished_idx and
+ * items_kept_keys_idx.  A database still at 0.1 has them in its primary
+ * key on (group_id, item_id): one condition, true.
+ */
+int
+pgq_item_classes(const char *const **conds)
+{
+	static const char *const by_state[] = {
+		"state " OP("=") " 'p'",
+		"state " OP("=") " ANY ('{c,r}'::pg_catalog.\"char\"[])",
+		"state " OP("=") " 'w' AND ordering_key IS NOT NULL",
+		"state " OP("=") " ANY ('{d,f}'::pg_catalog.\"char\"[]) "
+		"AND (payload IS NOT NULL OR data IS NOT NULL)",
+		"state " OP("=") " ANY ('{d,f}'::pg_catalog.\"char\"[]) "
+		"AND payload IS NULL AND data IS NULL",
+	};
+	static const char *const all[] = {"true"};
+
+	if (strcmp(pgq_item_id_index(), "items_pkey") == 0)
+	{
+		*conds = by_state;
+		return lengthof(by_state);
+	}
+	*conds = all;
+	return lengthof(all);
+}
+
+/*
  * Is an item enqueued with run_at pending at once?  Otherwise it waits in
  * state 'r' until then.
  */

@@ -27,6 +27,7 @@ extern bool pgq_queue_extend(const PgqGroup *group, int64 item_id,
 							 int32 attempt, Interval *lease);
 
 extern const char *pgq_item_state_name(char state);
+extern int	pgq_item_classes(const char *const **conds);
 
 /* the highest priority an item may have */
 #define PGQ_MAX_PRIORITY	32767

@@ -11,7 +11,8 @@
  * ALTER ROLE ... SET, and are checked by each enqueue with the settings of
  * the session that enqueues.
  *
- * Counting a queue's items costs a walk of its part of the primary key, so
+ * Counting a queue's items costs a walk of its part of each partial index
+ * of pgq.items (pgq_item_classes()), so
  * an enqueue does not count every time: a session counts when the items it
  * enqueued into the queue since its last count could have used up half of
  * the room that count left.  A queue far from its bound is counted a few
@@ -26,11 +27,13 @@
 #include "access/detoast.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
+#include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "utils/guc.h"
 
 #include "pgq.h"
 #include "iteminsert.h"
+#include "queue.h"
 #include "quota.h"
 
 static int	pgq_max_queue_items = 0;	/* 0: no bound */
@@ -109,11 +112,20 @@ count_items(const PgqGroup *group, int64 limit)
 	if (plan == NULL)
 	{
 		Oid			argtypes[2] = {INT8OID, INT8OID};
+		const char *const *classes;
+		int			nclasses = pgq_item_classes(&classes);
+		StringInfoData sql;
 
-		plan = pgq_keep_plan("SELECT pg_catalog.count(*) FROM "
-							 "(SELECT FROM pgq.items "
-							 "WHERE group_id " OP("=") " $1 LIMIT $2) i",
-							 2, argtypes);
+		/* state by state, each through its index, until the bound */
+		initStringInfo(&sql);
+		appendStringInfoString(&sql, "SELECT pg_catalog.count(*) FROM (");
+		for (int i = 0; i < nclasses; i++)
+			appendStringInfo(&sql, "%sSELECT FROM pgq.items "
+							 "WHERE group_id " OP("=") " $1 AND %s",
+							 i > 0 ? " UNION ALL " : "", classes[i]);
+		appendStringInfoString(&sql, " LIMIT $2) i");
+		plan = pgq_keep_plan(sql.data, 2, argtypes);
+		pfree(sql.data);
 	}
 	values[0] = Int64GetDatum(group->ref.group_id);
 	values[1] = Int64GetDatum(limit);
