@@ -2,7 +2,7 @@
 EXTENSION = pgq
 MODULE_big = pgq
 OBJS = src/pgq.o src/shmem.o src/xact.o src/group.o src/claim.o src/lease.o src/advisory.o src/block.o src/wait.o src/worker.o src/materialize.o src/queue.o src/privilege.o src/admin.o src/blockscan.o src/due.o src/iteminsert.o src/quota.o src/events.o src/claim_list.o src/ordering.o src/itemwrite.o
-DATA = sql/pgq--0.1.sql sql/pgq--0.1--0.2.sql
+DATA = sql/pgq--0.1.sql sql/pgq--0.1--0.2.sql proxy/pgq_proxy.control proxy/pgq_proxy--0.2.sql
 PGFILEDESC = "pgq - work distribution for PostgreSQL"
 
 PG_CONFIG ?= pg_config

@@ -802,3 +802,60 @@ JOIN pgq.groups g ON g.group_id = i.group_id
 WHERE i.state = 'f'
   AND (i.payload IS NOT NULL OR i.data IS NOT NULL)
   AND pgq.may_see(g.owner, g.consumers, g.producers);
+
+-- Partition databases of a cluster behind pgq's router (proxy/, see
+-- docs/scaling.md): each hands out block and item ids from a range of its
+-- own, partition * 2^42 + 1 up to (partition + 1) * 2^42 - 1, so that the
+-- router sends a call on an id to partition id >> 42.  Item ids stay below
+-- 2^48 - 1, where a claim position keeps them (pgq_item_position()).  The
+-- range lives in the sequence's value, which a dump keeps; its bounds,
+-- which a dump does not keep, guard it and tell the router's
+-- pgq_proxy.check() that this was run.  Run again after a restore.
+CREATE FUNCTION pgq.set_partition(partition integer)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog
+AS $$
+DECLARE
+    first_id bigint;
+    last_id bigint;
+    stray bigint;
+    seq record;
+BEGIN
+    IF partition IS NULL OR partition < 0 OR partition > 63 THEN
+        RAISE EXCEPTION 'partition must be between 0 and 63'
+            USING ERRCODE = '22023';
+    END IF;
+    first_id := (partition::bigint << 42) + 1;
+    last_id := least(((partition::bigint + 1) << 42) - 1, (1::bigint << 48) - 2);
+    SELECT b.block_id INTO stray FROM pgq.blocks b
+    WHERE b.block_id < first_id OR b.block_id > last_id LIMIT 1;
+    IF stray IS NULL THEN
+        SELECT i.item_id INTO stray FROM pgq.items i
+        WHERE i.item_id < first_id OR i.item_id > last_id LIMIT 1;
+    END IF;
+    IF stray IS NOT NULL THEN
+        RAISE EXCEPTION 'block or item % is outside the id range of partition %', stray, partition
+            USING ERRCODE = '55000',
+                  HINT = 'Set up partition databases before they get groups or queues, or drop those first.';
+    END IF;
+    SELECT s.last_value, s.is_called INTO seq FROM pgq.block_id_seq s;
+    IF seq.last_value > last_id THEN
+        RAISE EXCEPTION 'pgq.block_id_seq is past the id range of partition %', partition
+            USING ERRCODE = '55000';
+    END IF;
+    IF seq.last_value < first_id THEN
+        EXECUTE format('ALTER SEQUENCE pgq.block_id_seq MINVALUE %s MAXVALUE %s START %s RESTART %s',
+                       first_id, last_id, first_id, first_id);
+        RETURN first_id;
+    END IF;
+    EXECUTE format('ALTER SEQUENCE pgq.block_id_seq MINVALUE %s MAXVALUE %s START %s',
+                   first_id, last_id, first_id);
+    RETURN CASE WHEN seq.is_called THEN seq.last_value + 1 ELSE seq.last_value END;
+END
+$$;
+
+COMMENT ON FUNCTION pgq.set_partition(integer) IS
+'make this database partition N of a cluster behind pgq''s router: ids from its own range; returns the next id';
+
+REVOKE EXECUTE ON FUNCTION pgq.set_partition(integer) FROM PUBLIC;

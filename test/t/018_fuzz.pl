@@ -963,6 +963,13 @@ sub gen_notify_finished
 	return ('notify_finished', "SELECT $c");
 }
 
+# only partition 0 (the range the fuzzed database has anyway) and bad ones
+sub gen_set_partition
+{
+	return ('set_partition',
+		'SELECT pgq.set_partition(' . pick('0', '-1', '64', 'NULL') . ')');
+}
+
 sub gen_wake_maintenance
 {
 	return ('wake_maintenance', 'SELECT pgq.wake_maintenance()');
@@ -1113,6 +1120,7 @@ my %generator_of = (
 	results => [ \&gen_results, 3 ],
 	notify_finished => [ \&gen_notify_finished, 2 ],
 	wake_maintenance => [ \&gen_wake_maintenance, 1 ],
+	set_partition => [ \&gen_set_partition, 1 ],
 	inflight => [ \&gen_inflight, 2 ], grant => [ \&gen_grant, 3 ],
 	may_see => [ \&gen_may_see, 1 ], pause => [ \&gen_pause, 2 ],
 	purge => [ \&gen_purge, 2 ], rematerialize => [ \&gen_rematerialize, 1 ],
