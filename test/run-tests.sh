@@ -63,7 +63,8 @@ install_packages() {
 	local missing=()
 	for pkg in postgresql-15 postgresql-server-dev-15 libipc-run-perl \
 		python3-psycopg python3-asyncpg libpostgresql-jdbc-java \
-		default-jdk-headless pgbouncer postgresql-15-cron make gcc; do
+		default-jdk-headless pgbouncer postgresql-15-cron postgresql-15-plproxy \
+		make gcc; do
 		dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
 	done
 	if [ ${#missing[@]} -gt 0 ]; then
