@@ -208,6 +208,18 @@ AS $$
     SELECT pgq.release_many(bids, atts, NULL::bigint) AS released_ids;
 $$ LANGUAGE plproxy;
 
+CREATE FUNCTION pgq_proxy.fail_many_on(parts integer[], bids bigint[],
+                                       errs text[], retry interval,
+                                       atts integer[], edata bytea[])
+RETURNS SETOF bigint[]
+AS $$
+    CLUSTER 'pgq';
+    SPLIT parts, bids, errs, atts, edata;
+    RUN ON parts;
+    SELECT pgq.fail_many(bids, errs, retry, atts, NULL::bigint, edata)
+           AS failed_ids;
+$$ LANGUAGE plproxy;
+
 CREATE FUNCTION pgq_proxy.create_group_on(parts integer[], grp text, q text,
                                           bsize integer, md text,
                                           asy boolean, ls interval,
@@ -261,6 +273,15 @@ AS $$
     CLUSTER 'pgq';
     RUN ON ALL;
     SELECT pgq.purge(grp, older, dd) AS purged;
+$$ LANGUAGE plproxy;
+
+CREATE FUNCTION pgq_proxy.set_retention_all(grp text, ret text, keyret text)
+RETURNS SETOF void
+AS $$
+    CLUSTER 'pgq';
+    RUN ON ALL;
+    SELECT pgq.set_retention(grp, ret::pgq.retention_interval,
+                             keyret::pgq.retention_interval);
 $$ LANGUAGE plproxy;
 
 CREATE FUNCTION pgq_proxy.grant_all(grp text, rl text, priv text, revoke boolean)
@@ -736,6 +757,53 @@ BEGIN
 END
 $$;
 
+-- The failures go to the partitions the ids name, in parallel, each with
+-- its error, attempt and binary error.
+CREATE FUNCTION pgq.fail_many(block_ids bigint[],
+                              errors text[] DEFAULT NULL,
+                              retry_after interval DEFAULT NULL,
+                              attempts integer[] DEFAULT NULL,
+                              worker_id bigint DEFAULT NULL,
+                              error_data bytea[] DEFAULT NULL)
+RETURNS bigint[]
+LANGUAGE plpgsql
+SET search_path = pg_catalog
+AS $$
+DECLARE
+    parts integer := pgq_proxy.partitions();
+    n integer := coalesce(cardinality(block_ids), 0);
+    failed bigint[];
+BEGIN
+    IF worker_id IS NOT NULL THEN
+        RAISE EXCEPTION 'advisory-mode blocks cannot be failed through the pgq router'
+            USING ERRCODE = '0A000';
+    END IF;
+    IF block_ids IS NULL THEN
+        RAISE EXCEPTION 'block_ids must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF coalesce(cardinality(errors), n) <> n THEN
+        RAISE EXCEPTION 'errors must have one element per block id'
+            USING ERRCODE = '2202E';
+    END IF;
+    IF coalesce(cardinality(attempts), n) <> n THEN
+        RAISE EXCEPTION 'attempts must have one element per block id'
+            USING ERRCODE = '2202E';
+    END IF;
+    IF coalesce(cardinality(error_data), n) <> n THEN
+        RAISE EXCEPTION 'error_data must have one element per block id'
+            USING ERRCODE = '2202E';
+    END IF;
+    SELECT coalesce(array_agg(i ORDER BY i), '{}') INTO failed
+    FROM pgq_proxy.fail_many_on(
+             pgq_proxy.id_partitions(block_ids, parts), block_ids,
+             coalesce(errors, array_fill(NULL::text, ARRAY[n])), retry_after,
+             coalesce(attempts, array_fill(NULL::integer, ARRAY[n])),
+             coalesce(error_data, array_fill(NULL::bytea, ARRAY[n]))) d,
+         unnest(d) i;
+    RETURN failed;
+END
+$$;
+
 -- ---------------------------------------------------------------------------
 -- Enqueues: to the partition of the item's ordering key, else of its key,
 -- else to a random one (the next one when that is out of reach)
@@ -957,6 +1025,13 @@ CREATE FUNCTION pgq.purge(group_name text, older_than interval DEFAULT '0',
 RETURNS bigint
 LANGUAGE sql
 AS $$ SELECT sum(d)::bigint FROM pgq_proxy.purge_all(group_name, older_than, dead) d $$;
+
+-- Retention as text, as create_queue takes it here (see pgq.create_queue).
+CREATE FUNCTION pgq.set_retention(queue_name text, retention text,
+                                  key_retention text)
+RETURNS void
+LANGUAGE sql
+AS $$ SELECT FROM pgq_proxy.set_retention_all(queue_name, retention, key_retention) $$;
 
 CREATE FUNCTION pgq.grant(group_name text, role text,
                           privilege text DEFAULT 'consume')

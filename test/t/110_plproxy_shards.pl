@@ -331,6 +331,51 @@ is(scalar(@bad), 0,
   or diag join("\n", @bad);
 note scalar(@errors) . " steps failed while shard 2 was down";
 
+# fail_many and set_retention through the router: each id's failure goes to
+# its partition, with its own error
+$router->safe_psql('postgres',
+	"SELECT pgq.create_queue('fq', max_attempts => 1, lease => '1 hour')");
+$router->safe_psql('postgres',
+	"SELECT pgq.enqueue_many('fq', ARRAY(SELECT jsonb_build_object('n', g) FROM generate_series(1, 40) g), keys => ARRAY(SELECT 'f' || g FROM generate_series(1, 40) g))"
+);
+my $fq = $router->safe_psql('postgres',
+	"SELECT count(DISTINCT block_id >> 42), array_agg(block_id ORDER BY block_id), array_agg(attempt ORDER BY block_id) FROM pgq.claim('fq', 40)"
+);
+my ($fq_parts, $fq_ids, $fq_attempts) = split /\|/, $fq;
+is($fq_parts, $PARTS, 'the keyed items of fq lie on every partition');
+is( $router->safe_psql(
+		'postgres',
+		"SELECT pgq.fail_many('$fq_ids', ARRAY(SELECT 'e' || x FROM unnest('$fq_ids'::bigint[]) x), attempts => '$fq_attempts') = '$fq_ids'::bigint[]"
+	),
+	't',
+	'fail_many through the router fails every item it held, ids in order');
+is( $router->safe_psql(
+		'postgres',
+		"SELECT pending, running, dead, partitions FROM pgq.queue_stats WHERE queue_name = 'fq'"
+	),
+	"0|0|40|$PARTS",
+	'the failed items are dead on their partitions');
+my $fq_errors = 0;
+for my $p (0 .. $PARTS - 1)
+{
+	$fq_errors += $place[$p]->safe_psql("part$p",
+		"SELECT count(*) FROM pgq.items i JOIN pgq.groups g USING (group_id) WHERE g.group_name = 'fq' AND i.last_error = 'e' || i.item_id"
+	);
+}
+is($fq_errors, 40, 'each item got its own error');
+($ret, $out, $err) = $router->psql('postgres',
+	"\\set VERBOSITY verbose\nSELECT pgq.fail_many('$fq_ids', ARRAY['x'])");
+like($err, qr/ERROR:  2202E: errors must have one element per block id/,
+	'fail_many refuses errors of another length, as pgq does');
+$router->safe_psql('postgres',
+	"SELECT pgq.set_retention('fq', '1 day', 'infinity')");
+is( $router->safe_psql(
+		'postgres',
+		"SELECT retention, key_retention FROM pgq.queue_stats WHERE queue_name = 'fq'"
+	),
+	'1 day|infinity',
+	'set_retention through the router sets every partition');
+
 # transaction mode cannot go through the router
 $router->safe_psql('postgres',
 	"SELECT pgq.create_group('tx', 'SELECT id FROM alerts', block_size => $BLOCK)");
