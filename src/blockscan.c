@@ -26,6 +26,7 @@
 #include "postgres.h"
 
 #include "access/genam.h"
+#include "access/heapam.h"
 #include "access/htup_details.h"
 #include "access/relation.h"
 #include "access/stratnum.h"
@@ -40,6 +41,7 @@
 #include "miscadmin.h"
 #include "nodes/nodeFuncs.h"
 #include "optimizer/optimizer.h"
+#include "storage/bufmgr.h"
 #include "storage/proc.h"
 #include "utils/fmgroids.h"
 #include "utils/inval.h"
@@ -611,6 +613,32 @@ pgq_writer_lock(PgqRowWriter *w)
 		return false;
 	slot_getallattrs(old);
 	return true;
+}
+
+/*
+ * After pgq_writer_lock() failed: does another transaction only hold a row
+ * lock on the version in w->scan.slot, rather than change it (a claim in
+ * flight)?  Such a lock is a FOR UPDATE, taken by hand or by a look for due
+ * items, or what an UPDATE keeps of a row that it found changed and no
+ * longer matching (EvalPlanQual), as a late holder's pgq.extend() does: its
+ * end lowers no claim hint.  pgq.items and pgq.blocks are heap tables: the
+ * tuple header says, read under the buffer's lock.
+ */
+bool
+pgq_writer_only_locked(PgqRowWriter *w)
+{
+	BufferHeapTupleTableSlot *bslot;
+	bool		only;
+
+	if (!TTS_IS_BUFFERTUPLE(w->scan.slot))
+		return false;
+	bslot = (BufferHeapTupleTableSlot *) w->scan.slot;
+	if (!BufferIsValid(bslot->buffer) || bslot->base.tuple == NULL)
+		return false;
+	LockBuffer(bslot->buffer, BUFFER_LOCK_SHARE);
+	only = HeapTupleHeaderIsOnlyLocked(bslot->base.tuple->t_data);
+	LockBuffer(bslot->buffer, BUFFER_LOCK_UNLOCK);
+	return only;
 }
 
 /*

@@ -106,6 +106,7 @@ extern void pgq_writer_open(PgqRowWriter *w, const char *table,
 							const char *index_name);
 extern void pgq_writer_close(PgqRowWriter *w, bool wrote);
 extern bool pgq_writer_lock(PgqRowWriter *w);
+extern bool pgq_writer_only_locked(PgqRowWriter *w);
 extern TupleTableSlot *pgq_writer_new_version(PgqRowWriter *w);
 extern void pgq_writer_update(PgqRowWriter *w);
 

@@ -309,7 +309,10 @@ claim_item(PgqRowWriter *w, TimestampTz until, int32 epoch, PgqClaimed *item,
  * other transactions are changing (claiming), as FOR UPDATE SKIP LOCKED
  * would, and those changed since the scan's snapshot, which are no longer
  * pending, and then updated to claimed.  *last gets the place of the last
- * candidate looked at (0 if none).
+ * candidate looked at (0 if none), short of the first that another
+ * transaction only row-locks (pgq_writer_only_locked()): a claim's abort
+ * lowers the hint to what it held, a row lock's end does not, so the hint
+ * must not pass such an item (H1 in shmem.c).
  */
 int
 pgq_item_claim_pending(const PgqGroupRef *group, int64 from, int limit,
@@ -319,6 +322,7 @@ pgq_item_claim_pending(const PgqGroupRef *group, int64 from, int limit,
 	PgqRowWriter w;
 	int32		epoch = -1;
 	int			n = 0;
+	bool		held_back = false;	/* *last stays below a row-locked item */
 
 	*last = 0;
 	pgq_writer_open(&w, "items", "items_pending_idx");
@@ -333,16 +337,26 @@ pgq_item_claim_pending(const PgqGroupRef *group, int64 from, int limit,
 		while (n < limit && pgq_block_scan_next(&w.scan))
 		{
 			TupleTableSlot *old = w.scan.slot;
+			int64		position;
 
 			slot_getallattrs(old);
 			if (DatumGetChar(old->tts_values[Anum_items_state - 1]) != PGQ_ITEM_PENDING)
 				continue;
 			/* counted before the hint may move past it (C1 in shmem.c) */
 			pgq_xact_claiming_count(limit - n);
-			*last = pgq_item_position(DatumGetInt32(old->tts_values[Anum_items_priority - 1]),
-									  DatumGetInt64(old->tts_values[Anum_items_item_id - 1]));
+			position = pgq_item_position(DatumGetInt32(old->tts_values[Anum_items_priority - 1]),
+										 DatumGetInt64(old->tts_values[Anum_items_item_id - 1]));
 			if (!pgq_writer_lock(&w))
+			{
+				/* a row lock's end lowers no hint: keep it below the item */
+				if (pgq_writer_only_locked(&w))
+					held_back = true;
+				else if (!held_back)
+					*last = position;
 				continue;
+			}
+			if (!held_back)
+				*last = position;
 			claim_item(&w, until, epoch, &items[n++], cxt);
 		}
 	}

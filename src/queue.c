@@ -1199,6 +1199,20 @@ pgq_queue_complete(const PgqGroup *group, int64 item_id,
 	return done;
 }
 
+/*
+ * A lease-mode item's UPDATE under its holder's attempt changed nothing.  It
+ * may have found the item changed by a claim that committed meanwhile (the
+ * lease had run out) and, in EvalPlanQual, row-locked the new version, which
+ * may be pending again, until this (sub)transaction ends.  Claims pass the
+ * item over while it is locked (pgq_item_claim_pending()), and waiting ones
+ * sleep: the lock's end, commit or abort, wakes them.
+ */
+static void
+late_holder_locked(const PgqGroup *group)
+{
+	pgq_xact_wake_at_commit(&group->ref);
+}
+
 /* Give a lease-mode item back to the queue at once (argument 1: attempt). */
 bool
 pgq_queue_release(const PgqGroup *group, int64 item_id,
@@ -1216,7 +1230,10 @@ pgq_queue_release(const PgqGroup *group, int64 item_id,
 					 "UPDATE pgq.items SET state = 'p', due_at = NULL " HELD_ITEM
 					 " RETURNING priority",
 					 3, argtypes, values, NULL))
+	{
+		late_holder_locked(group);
 		return false;
+	}
 	/* its queue's claims find it from its place on (H1, shmem.c) */
 	pgq_xact_remember_pending(&group->ref,
 							  pgq_item_position(DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
@@ -1377,6 +1394,8 @@ pgq_queue_fail(const PgqGroup *group, int64 item_id, FunctionCallInfo fcinfo,
 				pgq_ordering_hand_on(group, pgq_ordering_finished_keys(1, 2));
 			pgq_lease_durable();
 		}
+		else
+			late_holder_locked(group);
 	}
 	else if (group->mode == PGQ_MODE_ADVISORY)
 	{
@@ -1445,7 +1464,10 @@ pgq_queue_extend(const PgqGroup *group, int64 item_id, int32 attempt,
 	values[3] = TimestampTzGetDatum(pgq_time_after(GetCurrentTimestamp(), lease));
 	if (!change_item(&plan, "UPDATE pgq.items SET due_at = $4 " HELD_ITEM,
 					 4, argtypes, values, NULL))
+	{
+		late_holder_locked(group);
 		return false;
+	}
 	pgq_xact_wake_on_abort(&group->ref);
 	return true;
 }

@@ -88,7 +88,11 @@ typedef struct PgqGroupKey
  *	pending (an enqueue, an ordering key handed on, a retry, a release, a
  *	lease or retry come due) lowers the hint to it at commit
  *	(pgq_xact_remember_pending()), a lease claim's abort lowers it to what
- *	the claim took, a session that gives an advisory item back lowers it
+ *	the claim took, a lease claim does not move it past an item that
+ *	another transaction only row-locks (whose end lowers nothing: an
+ *	UPDATE keeps such a lock on a row it found changed, as a late
+ *	holder's extend, release or fail of an item moved back to pending
+ *	does), a session that gives an advisory item back lowers it
  *	at once, and a full scan finds what was let go by hand, what a
  *	prepared transaction made pending (COMMIT PREPARED lowers nothing),
  *	and an advisory item that a retry made pending between its holder's
