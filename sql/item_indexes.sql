@@ -69,3 +69,28 @@ RESET enable_seqscan;
 SELECT count(*) FILTER (WHERE i.group_id = :ix_id) AS ix_items,
        count(*) FILTER (WHERE g.group_name = 'other') AS other_items
 FROM pgq.items i LEFT JOIN pgq.groups g USING (group_id);
+
+-- pgq.fail of a transaction-mode item that has an ordering key, in a
+-- transaction that claimed more items, looks for a later item of the key
+-- among those that the transaction claimed, not among every item enqueued
+-- after it, into any queue (which the primary key on the item id alone
+-- would walk)
+SELECT pgq.create_queue('tx', mode => 'transaction');
+SELECT pgq.enqueue('tx', '{"s": "keyed"}', ordering_key => 'o') AS keyed \gset
+SELECT pgq.enqueue('tx', '{"s": "plain"}') > 0 AS plain;
+SELECT cardinality(pgq.enqueue_many('other', array_agg('{}'::jsonb)))
+FROM generate_series(1, 5000);
+CREATE FUNCTION items_read() RETURNS bigint LANGUAGE sql AS $$
+    SELECT idx_tup_fetch + seq_tup_read FROM pg_stat_xact_user_tables
+    WHERE relid = 'pgq.items'::regclass
+$$;
+BEGIN;
+SELECT count(*) AS claimed FROM pgq.claim('tx', 2);
+SELECT items_read() AS before \gset
+SELECT pgq.fail(:keyed, 'failed') AS failed;
+SELECT items_read() - :before < 1000 AS read_few;
+COMMIT;
+SELECT state FROM pgq.items WHERE item_id = :keyed;
+SELECT pgq.drop_group('tx'), pgq.drop_group('other');
+DROP FUNCTION items_read();
+DROP FUNCTION items_seq_scans();

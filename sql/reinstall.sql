@@ -68,4 +68,44 @@ DROP EXTENSION pgq;
 SELECT count(*) AS schemas_left FROM pg_namespace WHERE nspname = 'pgq';
 
 DROP VIEW pgq_schema;
+
+-- The count of a queue's items for pgq.max_queue_items (quota.c) is a plan
+-- kept for the session, whose statement depends on the schema's version:
+-- at 0.1 through the primary key on (group_id, item_id), from 0.2 state by
+-- state through the partial indexes.  One made at 0.2 must not name, at
+-- 0.1, the column ordering_key, which 0.1 lacks; one made at 0.1 must not
+-- read, once the update made the item id alone the primary key, every item
+-- of every queue.
+CREATE EXTENSION pgq;
+SET pgq.max_queue_items = 100;
+SELECT pgq.create_queue('r_count');
+SELECT pgq.enqueue('r_count', '{}') > 0 AS counted_at_0_2;
+DROP EXTENSION pgq;
+CREATE EXTENSION pgq VERSION '0.1';
+SELECT pgq.create_queue('r_count');
+SELECT pgq.enqueue('r_count', '{}') > 0 AS counted_at_0_1;
+RESET pgq.max_queue_items;
+DROP EXTENSION pgq;
+-- a new session, whose first count is at 0.1
+\c
+CREATE EXTENSION pgq VERSION '0.1';
+SET pgq.max_queue_items = 100;
+SELECT pgq.create_queue('r_count');
+SELECT pgq.enqueue('r_count', '{}') > 0 AS counted_at_0_1;
+ALTER EXTENSION pgq UPDATE;
+RESET pgq.max_queue_items;
+SELECT pgq.create_queue('r_big');
+SELECT cardinality(pgq.enqueue_many('r_big', array_agg('{}'::jsonb)))
+FROM generate_series(1, 3000);
+SET pgq.max_queue_items = 100;
+SELECT pgq.create_queue('r_small');
+BEGIN;
+SELECT idx_tup_fetch + seq_tup_read AS before FROM pg_stat_xact_user_tables
+WHERE relid = 'pgq.items'::regclass \gset
+SELECT pgq.enqueue('r_small', '{}') > 0 AS counted_at_0_2;
+SELECT idx_tup_fetch + seq_tup_read - :before < 1000 AS read_few
+FROM pg_stat_xact_user_tables WHERE relid = 'pgq.items'::regclass;
+COMMIT;
+RESET pgq.max_queue_items;
+DROP EXTENSION pgq;
 CREATE EXTENSION pgq;

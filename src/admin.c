@@ -167,6 +167,13 @@ pgq_purge(PG_FUNCTION_ARGS)
 	if (rc != SPI_OK_DELETE)
 		elog(ERROR, "could not purge: %s", SPI_result_code_string(rc));
 	purged = (int64) SPI_processed;
+
+	/*
+	 * A row that a pgq.retry() made pending while the DELETE waited for it
+	 * is left, locked (EvalPlanQual), until this transaction ends: claims
+	 * pass it over, and waiting ones sleep.  Its end wakes them.
+	 */
+	pgq_xact_wake_at_commit(&group.ref);
 	end_admin(&scope);
 	PG_RETURN_INT64(purged);
 }

@@ -961,6 +961,21 @@ change_held_block(SPIPlanPtr *plan, const char *sql, int nargs, Oid *argtypes,
 	"AND state " OP("=") " 'c' AND attempt " OP("=") " $3"
 
 /*
+ * A lease-mode block's UPDATE under its holder's attempt changed nothing.  It
+ * may have found the block changed by a claim that committed meanwhile (the
+ * lease had run out, and the block was taken and given back since) and, in
+ * EvalPlanQual, row-locked the new version, which may be due, until this
+ * (sub)transaction ends.  Claims' looks for due blocks pass the block over
+ * while it is locked (claim_due()), and waiting ones sleep: the lock's end,
+ * commit or abort, wakes them.
+ */
+static void
+late_holder_locked(const PgqGroup *group)
+{
+	pgq_xact_wake_at_commit(&group->ref);
+}
+
+/*
  * Consume a block held under "attempt", without SQL (see blockscan.c): it
  * is every lease cycle's second half.  Waiters learn at commit whether the
  * group can yield more.
@@ -992,7 +1007,10 @@ pgq_lease_release(const PgqGroup *group, int64 block_id, int32 attempt)
 						   "UPDATE pgq.blocks SET state = 'r', lease_until = $4 "
 						   HELD_BY_ATTEMPT,
 						   4, argtypes, values, SPI_OK_UPDATE))
+	{
+		late_holder_locked(group);
 		return false;
+	}
 	pgq_lease_durable();
 	pgq_announce_claimable(&group->ref, group->name);
 	return true;
@@ -1044,7 +1062,10 @@ pgq_lease_fail(const PgqGroup *group, int64 block_id, int32 attempt,
 	if (rc != SPI_OK_UPDATE)
 		elog(ERROR, "could not fail block: %s", SPI_result_code_string(rc));
 	if (SPI_processed == 0)
+	{
+		late_holder_locked(group);
 		return false;
+	}
 	pgq_lease_durable();
 	pgq_announce_claimable(&group->ref, group->name);
 	return true;
@@ -1065,7 +1086,10 @@ pgq_lease_extend(const PgqGroup *group, int64 block_id, int32 attempt,
 						   "UPDATE pgq.blocks SET lease_until = $4 "
 						   HELD_BY_ATTEMPT,
 						   4, argtypes, values, SPI_OK_UPDATE))
+	{
+		late_holder_locked(group);
 		return false;
+	}
 	pgq_xact_wake_on_abort(&group->ref);
 	return true;
 }

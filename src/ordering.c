@@ -399,15 +399,24 @@ pgq_ordering_hand_on(const PgqGroup *group, List *keys)
 void
 pgq_ordering_take_back(const PgqGroup *group, int64 item_id)
 {
-	Oid			argtypes[2] = {INT8OID, INT8OID};
-	Datum		values[2];
+	Oid			argtypes[3] = {INT8OID, INT8OID, INT8ARRAYOID};
+	Datum		values[3];
+	int64	   *claimed;
+	int			nclaimed = pgq_xact_own_claim_ids(group->ref.group_id,
+												  &claimed);
 	int			rc;
 
 	values[0] = Int64GetDatum(group->ref.group_id);
 	values[1] = Int64GetDatum(item_id);
-	if (pgq_xact_own_claims(group->ref.group_id) > 1)
+	if (nclaimed > 1)
 	{
-		/* finished items of the key after it: did this transaction claim one? */
+		/*
+		 * Finished items of the key after it: did this transaction claim
+		 * one?  Looked up among its claims, by their ids: the primary key
+		 * is the item id alone, and a range of ids after this one would
+		 * walk the items of every queue enqueued since.
+		 */
+		values[2] = pgq_sorted_ids(claimed, nclaimed);
 		rc = SPI_execute_with_args("SELECT n.item_id FROM pgq.items f "
 								   "JOIN pgq.items n "
 								   "ON n.group_id " OP("=") " f.group_id "
@@ -415,8 +424,9 @@ pgq_ordering_take_back(const PgqGroup *group, int64 item_id)
 								   "AND n.item_id " OP(">") " f.item_id "
 								   "WHERE f.group_id " OP("=") " $1 "
 								   "AND f.item_id " OP("=") " $2 "
+								   "AND n.item_id " OP("=") " ANY ($3) "
 								   "AND n.state " OP("=") " ANY ('{d,f}'::pg_catalog.\"char\"[])",
-								   2, argtypes, values, NULL, false, 0);
+								   3, argtypes, values, NULL, false, 0);
 		if (rc != SPI_OK_SELECT)
 			elog(ERROR, "could not read items: %s", SPI_result_code_string(rc));
 		for (uint64 i = 0; i < SPI_processed; i++)

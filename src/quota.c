@@ -104,16 +104,27 @@ static int64
 count_items(const PgqGroup *group, int64 limit)
 {
 	static SPIPlanPtr plan = NULL;
+	static const char *const *plan_classes = NULL;
+	const char *const *classes;
+	int			nclasses = pgq_item_classes(&classes);
 	Datum		values[2];
 	bool		isnull;
 	int			rc;
 	int64		n;
 
+	/*
+	 * The statement follows the schema's version, which an update (or DROP
+	 * EXTENSION and CREATE EXTENSION of another version) changes under the
+	 * kept plan: a plan of other conditions is made again.
+	 */
+	if (plan != NULL && classes != plan_classes)
+	{
+		SPI_freeplan(plan);
+		plan = NULL;
+	}
 	if (plan == NULL)
 	{
 		Oid			argtypes[2] = {INT8OID, INT8OID};
-		const char *const *classes;
-		int			nclasses = pgq_item_classes(&classes);
 		StringInfoData sql;
 
 		/* state by state, each through its index, until the bound */
@@ -125,6 +136,7 @@ count_items(const PgqGroup *group, int64 limit)
 							 i > 0 ? " UNION ALL " : "", classes[i]);
 		appendStringInfoString(&sql, " LIMIT $2) i");
 		plan = pgq_keep_plan(sql.data, 2, argtypes);
+		plan_classes = classes;
 		pfree(sql.data);
 	}
 	values[0] = Int64GetDatum(group->ref.group_id);

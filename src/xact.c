@@ -782,6 +782,27 @@ pgq_xact_own_claims(int64 group_id)
 	return n;
 }
 
+/*
+ * The blocks (or items) of the group that this transaction claimed in
+ * transaction mode and still holds, into *ids (palloc'd in the current
+ * memory context); returns how many.
+ */
+int
+pgq_xact_own_claim_ids(int64 group_id, int64 **ids)
+{
+	int			n = 0;
+
+	*ids = palloc(Max(nclaims, 1) * sizeof(int64));
+	for (int i = 0; i < nclaims; i++)
+	{
+		if (claims[i].kind == PGQ_REC_CLAIM &&
+			claims[i].group.dbid == MyDatabaseId &&
+			claims[i].group.group_id == group_id)
+			(*ids)[n++] = claims[i].block_id;
+	}
+	return n;
+}
+
 /* Do two records name the same incarnation of a group? */
 static bool
 same_group(const PgqGroupRef *a, const PgqGroupRef *b)

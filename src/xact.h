@@ -38,6 +38,7 @@ extern void pgq_xact_remember_advisory(const PgqGroupRef *group,
 extern void pgq_xact_remember_retry(const PgqGroupRef *group, int64 block_id);
 extern void pgq_xact_remember_pending(const PgqGroupRef *group, int64 position);
 extern int64 pgq_xact_own_claims(int64 group_id);
+extern int	pgq_xact_own_claim_ids(int64 group_id, int64 **ids);
 extern int64 pgq_xact_own_hint(const PgqGroupRef *group, int64 hint);
 extern void pgq_xact_remember_look(const PgqGroupRef *group);
 extern void pgq_xact_claiming(const PgqGroupRef *group, int64 from);
