@@ -105,6 +105,18 @@ SELECT state LIKE '08%'
         AND message ~ '^PL/Proxy function .*(PQ[A-Za-z]+:|connect timeout|query timeout|connection)')
 $$;
 
+-- Does an error that pgq_proxy.unreachable() accepts say that the call never
+-- reached the partition (PL/Proxy could not connect, or could not send the
+-- query)?  Otherwise the connection went while the partition may have run
+-- the call, and committed it.
+CREATE FUNCTION pgq_proxy.not_sent(state text, message text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+AS $$
+SELECT state = 'XX000'
+   AND message ~ '^PL/Proxy function \S+: (\[[^]]*\] (PQconnectStart|PQconnectPoll|PQsendQueryParams): |connect timeout to: )'
+$$;
+
 -- Refuse ids that a partition handed out from another partition's range:
 -- its pgq was installed again, or restored, without pgq.set_partition.
 CREATE FUNCTION pgq_proxy.check_id(id bigint, part integer, partitions integer)
@@ -806,7 +818,8 @@ $$;
 
 -- ---------------------------------------------------------------------------
 -- Enqueues: to the partition of the item's ordering key, else of its key,
--- else to a random one (the next one when that is out of reach)
+-- else to a random one (the next one when that cannot be reached; not when
+-- the connection went after the call was sent, which may have enqueued it)
 -- ---------------------------------------------------------------------------
 
 CREATE FUNCTION pgq_proxy.unreachable_error(part integer, route text, msg text)
@@ -855,6 +868,13 @@ BEGIN
             END IF;
             IF route IS NOT NULL THEN
                 PERFORM pgq_proxy.unreachable_error(p, route, msg);
+            END IF;
+            -- the partition may have enqueued it: another would add it again
+            IF NOT pgq_proxy.not_sent(st, msg) THEN
+                RAISE EXCEPTION 'the outcome of the enqueue on partition % of the pgq cluster is unknown', p
+                    USING ERRCODE = '08007',
+                          DETAIL = 'The connection was lost after the call was sent: the item may have been enqueued. ' || msg,
+                          HINT = 'Give items a key to make an enqueue safe to repeat.';
             END IF;
             tries := tries + 1;
             IF tries >= parts THEN
