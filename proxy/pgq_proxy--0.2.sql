@@ -413,7 +413,9 @@ $$;
 -- passed over.  With wait and nothing claimed, wait on each partition in
 -- turn for at most pgq_proxy.wait_slice (100 ms by default) at a time,
 -- until a row comes, the time is up, or every reachable partition returned
--- at once with nothing (a query group that can yield no more there).
+-- at once with nothing (a query group that can yield no more there).  When
+-- only partitions out of reach are left to wait on, sleep a slice between
+-- two tries rather than spin, and fail when none at all is reachable.
 CREATE FUNCTION pgq_proxy.claim(group_names text[], one boolean,
                                 max_blocks integer, wait interval,
                                 worker_id bigint, complete bigint,
@@ -432,7 +434,9 @@ DECLARE
     att integer := attempt;
     down integer[] := '{}';
     finished boolean[];
+    unreached boolean[];
     all_finished boolean;
+    waited boolean;
     slice interval;
     s interval;
     deadline timestamptz;
@@ -522,15 +526,18 @@ BEGIN
                       interval '100 ms');
     deadline := clock_timestamp() + wait;
     finished := array_fill(false, ARRAY[parts]);
+    unreached := array_fill(false, ARRAY[parts]);
+    FOR p IN SELECT unnest(down) LOOP
+        unreached[p + 1] := true;
+    END LOOP;
     LOOP
         all_finished := true;
+        waited := false;
         FOR i IN 0 .. parts - 1 LOOP
             p := (first + i) % parts;
             CONTINUE WHEN finished[p + 1];
             s := least(slice, deadline - clock_timestamp());
-            IF s <= interval '0' THEN
-                RETURN;
-            END IF;
+            EXIT WHEN s <= interval '0';
             t0 := clock_timestamp();
             got := 0;
             BEGIN
@@ -555,24 +562,40 @@ BEGIN
                 IF got > 0 THEN
                     RETURN;
                 END IF;
+                unreached[p + 1] := false;
                 -- back at once with nothing: this partition is finished
                 IF clock_timestamp() - t0 < s / 2 THEN
                     finished[p + 1] := true;
                 ELSE
                     all_finished := false;
+                    waited := true;
                 END IF;
             EXCEPTION WHEN OTHERS THEN
                 GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT;
                 IF NOT pgq_proxy.unreachable(st, msg) THEN
                     RAISE;
                 END IF;
+                unreached[p + 1] := true;
                 all_finished := false;
             END;
         END LOOP;
-        IF all_finished THEN
-            RETURN;
+        EXIT WHEN all_finished;
+        s := least(slice, deadline - clock_timestamp());
+        EXIT WHEN s <= interval '0';
+        IF NOT waited THEN
+            -- nothing waited a slice: only partitions out of reach are left
+            IF NOT (true = ANY (finished)) THEN
+                RAISE EXCEPTION 'no partition of the pgq cluster is reachable'
+                    USING ERRCODE = '08006';
+            END IF;
+            PERFORM pg_catalog.pg_sleep(extract(epoch FROM s)::double precision);
         END IF;
     END LOOP;
+    down := ARRAY(SELECT i - 1 FROM generate_subscripts(unreached, 1) i
+                  WHERE unreached[i] ORDER BY i);
+    IF cardinality(down) > 0 THEN
+        RAISE WARNING 'partitions % of the pgq cluster are unreachable: their work cannot be claimed until they are back', down;
+    END IF;
 END
 $$;
 

@@ -8,6 +8,11 @@
 #     for a synchronous standby that does not exist, after its commit was
 #     flushed): the router must not enqueue the item again on another
 #     partition, but say that the outcome is unknown (08007).
+#  2. A waiting claim whose only partition left to wait on refuses
+#     connections (the others' part is drained) tries it once a slice, not
+#     in a loop, and warns that it was out of reach.
+#  3. A waiting claim whose partitions all go away under it fails (08006)
+#     rather than try them in a loop until its time is up.
 #
 # Every wait is for an observed condition (pg_stat_activity, a session's
 # end).  Skipped when PL/Proxy (Debian package postgresql-NN-plproxy) is not
@@ -120,8 +125,51 @@ like(
 	'it says that the outcome is unknown');
 is(items('lost'), $PARTS + 1, 'the item was committed once');
 
-$e->close;
+
+# 2. a waiting claim when the only partition left to wait on is out of
+#    reach: partition 0's part of the group is drained (its query has no
+#    rows), partition 1 refuses connections.  The claim tries partition 1
+#    once a slice, not in a loop, and says that it is out of reach.
+$router->safe_psql('postgres',
+	"SELECT pgq.create_group('none', 'SELECT 1 WHERE false', mode => 'lease')");
+$shard->safe_psql('postgres', 'ALTER DATABASE part1 ALLOW_CONNECTIONS false');
+my $log_offset = -s $shard->logfile;
+my ($ret, $out, $err) = $router->psql(
+	'postgres', q{
+	SET pgq_proxy.wait_slice = '100ms';
+	SELECT count(*) FROM pgq.claim('none', wait => '2 s');
+});
+is($out, '0', 'the waiting claim returns no rows at the end of its wait');
+like(
+	$err,
+	qr/WARNING:  partitions \{1\} of the pgq cluster are unreachable/,
+	'it says that partition 1 was out of reach');
+my $tries = () = slurp_file($shard->logfile, $log_offset) =~
+  /database "part1" is not currently accepting connections/g;
+cmp_ok($tries, '<=', 2 + 2000 / 100,
+	"it tried partition 1 at most once a slice ($tries times in 2 s)");
+$shard->safe_psql('postgres', 'ALTER DATABASE part1 ALLOW_CONNECTIONS true');
+
+# 3. a waiting claim when every partition goes away under it fails
+$router->safe_psql('postgres', "SELECT pgq.create_queue('idle')");
+my $w = new_session($router, 'waiter');
+$w->send(
+	"\\set VERBOSITY verbose\nSET pgq_proxy.wait_slice = '100ms';\nSELECT count(*) FROM pgq.claim('idle', wait => '20 s');"
+);
+ok( wait_until(
+		$obs,
+		"SELECT count(*) > 0 FROM pg_stat_activity WHERE datname LIKE 'part%' AND wait_event_type = 'Extension';",
+		't', $w),
+	'the waiting claim waits on a partition');
 $obs->close;
-$shard->stop;
+$shard->stop('fast');
+$w->wait;
+like(
+	$w->{error},
+	qr/ERROR:  08006: no partition of the pgq cluster is reachable/,
+	'with every partition gone, the waiting claim fails (08006)');
+
+$e->close;
+$w->close;
 $router->stop;
 done_testing();
