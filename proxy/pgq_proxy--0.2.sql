@@ -81,14 +81,17 @@ $$;
 CREATE FUNCTION pgq_proxy.id_partition(id bigint)
 RETURNS integer
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
-AS $$ SELECT coalesce((id >> 42)::integer, 0) $$;
+AS $$ SELECT coalesce((id OPERATOR(pg_catalog.>>) 42)::integer, 0) $$;
 
 -- The partition of an item by its routing key (its ordering key, else its
 -- key), as PL/Proxy would map hashtext(key); NULL for an item without one.
 CREATE FUNCTION pgq_proxy.key_partition(key text, partitions integer)
 RETURNS integer
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
-AS $$ SELECT pg_catalog.hashtext(key) & (partitions - 1) $$;
+AS $$
+SELECT pg_catalog.hashtext(key)
+       OPERATOR(pg_catalog.&) (partitions OPERATOR(pg_catalog.-) 1)
+$$;
 
 -- Does an error raised by a call to a partition say that the partition is
 -- out of reach (down, restarting, the connection lost), rather than
@@ -98,6 +101,7 @@ AS $$ SELECT pg_catalog.hashtext(key) & (partitions - 1) $$;
 CREATE FUNCTION pgq_proxy.unreachable(state text, message text)
 RETURNS boolean
 LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog
 AS $$
 SELECT state LIKE '08%'
     OR state IN ('57P01', '57P02', '57P03')
@@ -112,6 +116,7 @@ $$;
 CREATE FUNCTION pgq_proxy.not_sent(state text, message text)
 RETURNS boolean
 LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog
 AS $$
 SELECT state = 'XX000'
    AND message ~ '^PL/Proxy function \S+: (\[[^]]*\] (PQconnectStart|PQconnectPoll|PQsendQueryParams): |connect timeout to: )'
@@ -122,6 +127,7 @@ $$;
 CREATE FUNCTION pgq_proxy.check_id(id bigint, part integer, partitions integer)
 RETURNS bigint
 LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog
 AS $$
 BEGIN
     IF id IS NOT NULL AND pgq_proxy.id_partition(id) & (partitions - 1) <> part THEN
@@ -372,6 +378,7 @@ CREATE FUNCTION pgq_proxy.check(OUT partition integer, OUT reachable boolean,
                                 OUT queues bigint, OUT error text)
 RETURNS SETOF record
 LANGUAGE plpgsql
+SET search_path = pg_catalog
 AS $$
 DECLARE
     parts integer := pgq_proxy.partitions();
@@ -605,6 +612,7 @@ CREATE FUNCTION pgq_proxy.release_claims(block_ids bigint[], attempts integer[],
                                          partitions integer)
 RETURNS void
 LANGUAGE plpgsql
+SET search_path = pg_catalog
 AS $$
 BEGIN
     PERFORM pgq_proxy.release_many_on(
@@ -728,6 +736,7 @@ $$ LANGUAGE plproxy;
 CREATE FUNCTION pgq_proxy.id_partitions(block_ids bigint[], partitions integer)
 RETURNS integer[]
 LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog
 AS $$
 SELECT coalesce(array_agg(pgq_proxy.id_partition(b) & (partitions - 1) ORDER BY n), '{}')
 FROM unnest(block_ids) WITH ORDINALITY AS u(b, n)
@@ -848,6 +857,7 @@ $$;
 CREATE FUNCTION pgq_proxy.unreachable_error(part integer, route text, msg text)
 RETURNS void
 LANGUAGE plpgsql
+SET search_path = pg_catalog
 AS $$
 BEGIN
     RAISE EXCEPTION 'partition % of the pgq cluster is unreachable', part
@@ -995,6 +1005,7 @@ COMMENT ON FUNCTION pgq.enqueue_many(text, jsonb[], text[], integer, timestamptz
 CREATE FUNCTION pgq_proxy.all_partitions()
 RETURNS integer[]
 LANGUAGE sql STABLE
+SET search_path = pg_catalog
 AS $$ SELECT ARRAY(SELECT generate_series(0, pgq_proxy.partitions() - 1)) $$;
 
 -- Each partition runs the query over its own part of the data.  The result
@@ -1051,22 +1062,26 @@ COMMENT ON FUNCTION pgq.create_queue(text, text, interval, integer, interval,
 CREATE FUNCTION pgq.drop_group(group_name text)
 RETURNS boolean
 LANGUAGE sql
+SET search_path = pg_catalog
 AS $$ SELECT bool_or(d) FROM pgq_proxy.drop_group_all(group_name) d $$;
 
 CREATE FUNCTION pgq.pause(group_name text)
 RETURNS boolean
 LANGUAGE sql
+SET search_path = pg_catalog
 AS $$ SELECT bool_or(d) FROM pgq_proxy.pause_all(group_name, true) d $$;
 
 CREATE FUNCTION pgq.resume(group_name text)
 RETURNS boolean
 LANGUAGE sql
+SET search_path = pg_catalog
 AS $$ SELECT bool_or(d) FROM pgq_proxy.pause_all(group_name, false) d $$;
 
 CREATE FUNCTION pgq.purge(group_name text, older_than interval DEFAULT '0',
                           dead boolean DEFAULT false)
 RETURNS bigint
 LANGUAGE sql
+SET search_path = pg_catalog
 AS $$ SELECT sum(d)::bigint FROM pgq_proxy.purge_all(group_name, older_than, dead) d $$;
 
 -- Retention as text, as create_queue takes it here (see pgq.create_queue).
@@ -1074,23 +1089,27 @@ CREATE FUNCTION pgq.set_retention(queue_name text, retention text,
                                   key_retention text)
 RETURNS void
 LANGUAGE sql
+SET search_path = pg_catalog
 AS $$ SELECT FROM pgq_proxy.set_retention_all(queue_name, retention, key_retention) $$;
 
 CREATE FUNCTION pgq.grant(group_name text, role text,
                           privilege text DEFAULT 'consume')
 RETURNS void
 LANGUAGE sql
+SET search_path = pg_catalog
 AS $$ SELECT FROM pgq_proxy.grant_all(group_name, role, privilege, false) $$;
 
 CREATE FUNCTION pgq.revoke(group_name text, role text,
                            privilege text DEFAULT 'consume')
 RETURNS void
 LANGUAGE sql
+SET search_path = pg_catalog
 AS $$ SELECT FROM pgq_proxy.grant_all(group_name, role, privilege, true) $$;
 
 CREATE FUNCTION pgq.retry(group_name text, key text)
 RETURNS boolean
 LANGUAGE sql
+SET search_path = pg_catalog
 AS $$ SELECT bool_or(d) FROM pgq_proxy.retry_key_all(group_name, key) d $$;
 
 -- An item by key: from every partition, as a key may have gone with its

@@ -11,7 +11,8 @@
 #  2. A waiting claim whose only partition left to wait on refuses
 #     connections (the others' part is drained) tries it once a slice, not
 #     in a loop, and warns that it was out of reach.
-#  3. A waiting claim whose partitions all go away under it fails (08006)
+#  3. The router's functions do not depend on the caller's search_path.
+#  4. A waiting claim whose partitions all go away under it fails (08006)
 #     rather than try them in a loop until its time is up.
 #
 # Every wait is for an observed condition (pg_stat_activity, a session's
@@ -150,7 +151,41 @@ cmp_ok($tries, '<=', 2 + 2000 / 100,
 	"it tried partition 1 at most once a slice ($tries times in 2 s)");
 $shard->safe_psql('postgres', 'ALTER DATABASE part1 ALLOW_CONNECTIONS true');
 
-# 3. a waiting claim when every partition goes away under it fails
+# 3. the router's functions do not depend on the caller's search_path: a
+#    schema ahead of pg_catalog with its own sum, bool_or and >> changes
+#    neither what they return nor where they route
+$router->safe_psql(
+	'postgres', q{
+	SELECT pgq.create_queue('sp');
+	CREATE SCHEMA evil;
+	CREATE FUNCTION evil.int8_42(bigint, bigint) RETURNS bigint
+	    LANGUAGE sql AS 'SELECT 42::bigint';
+	CREATE AGGREGATE evil.sum(bigint) (sfunc = evil.int8_42, stype = bigint);
+	CREATE FUNCTION evil.yes(boolean, boolean) RETURNS boolean
+	    LANGUAGE sql AS 'SELECT true';
+	CREATE AGGREGATE evil.bool_or(boolean) (sfunc = evil.yes, stype = boolean);
+	CREATE FUNCTION evil.zero(bigint, integer) RETURNS bigint
+	    LANGUAGE sql AS 'SELECT 0::bigint';
+	CREATE OPERATOR evil.>> (leftarg = bigint, rightarg = integer,
+	                         function = evil.zero);
+});
+my $key1 = $router->safe_psql('postgres',
+	"SELECT min(k) FROM (SELECT 'k' || g AS k FROM generate_series(1, 100) g) x WHERE pgq_proxy.key_partition(k, $PARTS) = 1"
+);
+$router->safe_psql('postgres', "SELECT pgq.enqueue('sp', '{}', key => '$key1')");
+my ($sp_id, $sp_att) = split /\|/,
+  $router->safe_psql('postgres', "SELECT block_id, attempt FROM pgq.claim('sp')");
+is($sp_id >> 42, 1, 'the item of partition 1 is claimed');
+is( $router->safe_psql(
+		'postgres', qq{
+	SET search_path = evil, pg_catalog;
+	SELECT pgq.complete($sp_id, attempt => $sp_att);
+	SELECT pgq.purge('sp'), pgq.resume('sp');
+}),
+	"t\n1|f",
+	'complete, purge and resume under a search_path that shadows pg_catalog');
+
+# 4. a waiting claim when every partition goes away under it fails
 $router->safe_psql('postgres', "SELECT pgq.create_queue('idle')");
 my $w = new_session($router, 'waiter');
 $w->send(
