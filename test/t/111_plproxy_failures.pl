@@ -12,7 +12,9 @@
 #     connections (the others' part is drained) tries it once a slice, not
 #     in a loop, and warns that it was out of reach.
 #  3. The router's functions do not depend on the caller's search_path.
-#  4. A waiting claim whose partitions all go away under it fails (08006)
+#  4. docs/scaling.md says truly what the router does not have, and the
+#     router's functions take pgq's arguments.
+#  5. A waiting claim whose partitions all go away under it fails (08006)
 #     rather than try them in a loop until its time is up.
 #
 # Every wait is for an observed condition (pg_stat_activity, a session's
@@ -185,7 +187,49 @@ is( $router->safe_psql(
 	"t\n1|f",
 	'complete, purge and resume under a search_path that shadows pg_catalog');
 
-# 4. a waiting claim when every partition goes away under it fails
+# 4. docs/scaling.md's list of what the router does not have is what the
+#    catalogs say, and every function it has takes pgq's arguments (but the
+#    retention arguments, which are text in the router, as documented)
+my $docs = slurp_file("$FindBin::RealBin/../../docs/scaling.md");
+my ($missing) =
+  $docs =~ /^- Functions the router does not have \(([^)]*)\)/m;
+ok(defined $missing, 'docs/scaling.md lists what the router does not have');
+$missing //= '';
+my ($doc_funcs, $doc_views) = split /\bviews\b/, $missing;
+my @doc_funcs = sort $doc_funcs =~ /`(\w+)`/g;
+my @doc_views = sort(($doc_views // '') =~ /`(\w+)`/g);
+my $reference = slurp_file("$FindBin::RealBin/../../docs/reference.md");
+my ($internal) = $reference =~ /^## Internal helpers\n(.*?)^## /ms;
+my %internal = map { $_ => 1 } ($internal // '') =~ /^### pgq\.(\w+)$/mg;
+my $funcs_sql =
+  "SELECT string_agg(DISTINCT proname, ' ' ORDER BY proname) FROM pg_proc WHERE pronamespace = 'pgq'::regnamespace";
+my $views_sql =
+  "SELECT string_agg(relname, ' ' ORDER BY relname) FROM pg_class WHERE relnamespace = 'pgq'::regnamespace AND relkind = 'v'";
+my %router_funcs = map { $_ => 1 } split / /, $router->safe_psql('postgres', $funcs_sql);
+my %router_views = map { $_ => 1 } split / /, $router->safe_psql('postgres', $views_sql);
+my @part_funcs = split / /, $shard->safe_psql('part0', $funcs_sql);
+my @part_views = split / /, $shard->safe_psql('part0', $views_sql);
+is( join(' ', @doc_funcs),
+	join(' ', grep { !$router_funcs{$_} && !$internal{$_} } @part_funcs),
+	"the functions the docs say the router does not have are pgq's functions that it does not have");
+is( join(' ', @doc_views),
+	join(' ', grep { !$router_views{$_} } @part_views),
+	"the views the docs say the router does not have are pgq's views that it does not have");
+my $sig_sql =
+  "SELECT string_agg(proname || '(' || pg_get_function_arguments(oid) || ')', E'\\n' ORDER BY 1) FROM pg_proc WHERE pronamespace = 'pgq'::regnamespace AND proname = ANY ('{"
+  . join(',', sort keys %router_funcs) . "}')";
+(my $part_sigs = $shard->safe_psql('part0', $sig_sql)) =~
+  s/pgq\.retention_interval/text/g;
+is($router->safe_psql('postgres', $sig_sql),
+	$part_sigs, "the router's functions take pgq's arguments, with their defaults");
+($ret, $out, $err) = $router->psql('postgres',
+	"\\set VERBOSITY verbose\nSELECT pgq.$doc_funcs[0]();");
+like($err, qr/ERROR:  42883:/, "a function the router does not have fails with 42883");
+($ret, $out, $err) = $router->psql('postgres',
+	"\\set VERBOSITY verbose\nSELECT * FROM pgq.$doc_views[0];");
+like($err, qr/ERROR:  42P01:/, "a view the router does not have fails with 42P01");
+
+# 5. a waiting claim when every partition goes away under it fails
 $router->safe_psql('postgres', "SELECT pgq.create_queue('idle')");
 my $w = new_session($router, 'waiter');
 $w->send(
