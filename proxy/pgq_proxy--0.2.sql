@@ -81,14 +81,17 @@ $$;
 CREATE FUNCTION pgq_proxy.id_partition(id bigint)
 RETURNS integer
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
-AS $$ SELECT coalesce((id >> 42)::integer, 0) $$;
+AS $$ SELECT coalesce((id OPERATOR(pg_catalog.>>) 42)::integer, 0) $$;
 
 -- The partition of an item by its routing key (its ordering key, else its
 -- key), as PL/Proxy would map hashtext(key); NULL for an item without one.
 CREATE FUNCTION pgq_proxy.key_partition(key text, partitions integer)
 RETURNS integer
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
-AS $$ SELECT pg_catalog.hashtext(key) & (partitions - 1) $$;
+AS $$
+SELECT pg_catalog.hashtext(key)
+       OPERATOR(pg_catalog.&) (partitions OPERATOR(pg_catalog.-) 1)
+$$;
 
 -- Does an error raised by a call to a partition say that the partition is
 -- out of reach (down, restarting, the connection lost), rather than
@@ -98,6 +101,7 @@ AS $$ SELECT pg_catalog.hashtext(key) & (partitions - 1) $$;
 CREATE FUNCTION pgq_proxy.unreachable(state text, message text)
 RETURNS boolean
 LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog
 AS $$
 SELECT state LIKE '08%'
     OR state IN ('57P01', '57P02', '57P03')
@@ -105,11 +109,25 @@ SELECT state LIKE '08%'
         AND message ~ '^PL/Proxy function .*(PQ[A-Za-z]+:|connect timeout|query timeout|connection)')
 $$;
 
+-- Does an error that pgq_proxy.unreachable() accepts say that the call never
+-- reached the partition (PL/Proxy could not connect, or could not send the
+-- query)?  Otherwise the connection went while the partition may have run
+-- the call, and committed it.
+CREATE FUNCTION pgq_proxy.not_sent(state text, message text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog
+AS $$
+SELECT state = 'XX000'
+   AND message ~ '^PL/Proxy function \S+: (\[[^]]*\] (PQconnectStart|PQconnectPoll|PQsendQueryParams): |connect timeout to: )'
+$$;
+
 -- Refuse ids that a partition handed out from another partition's range:
 -- its pgq was installed again, or restored, without pgq.set_partition.
 CREATE FUNCTION pgq_proxy.check_id(id bigint, part integer, partitions integer)
 RETURNS bigint
 LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog
 AS $$
 BEGIN
     IF id IS NOT NULL AND pgq_proxy.id_partition(id) & (partitions - 1) <> part THEN
@@ -360,6 +378,7 @@ CREATE FUNCTION pgq_proxy.check(OUT partition integer, OUT reachable boolean,
                                 OUT queues bigint, OUT error text)
 RETURNS SETOF record
 LANGUAGE plpgsql
+SET search_path = pg_catalog
 AS $$
 DECLARE
     parts integer := pgq_proxy.partitions();
@@ -401,7 +420,9 @@ $$;
 -- passed over.  With wait and nothing claimed, wait on each partition in
 -- turn for at most pgq_proxy.wait_slice (100 ms by default) at a time,
 -- until a row comes, the time is up, or every reachable partition returned
--- at once with nothing (a query group that can yield no more there).
+-- at once with nothing (a query group that can yield no more there).  When
+-- only partitions out of reach are left to wait on, sleep a slice between
+-- two tries rather than spin, and fail when none at all is reachable.
 CREATE FUNCTION pgq_proxy.claim(group_names text[], one boolean,
                                 max_blocks integer, wait interval,
                                 worker_id bigint, complete bigint,
@@ -420,7 +441,9 @@ DECLARE
     att integer := attempt;
     down integer[] := '{}';
     finished boolean[];
+    unreached boolean[];
     all_finished boolean;
+    waited boolean;
     slice interval;
     s interval;
     deadline timestamptz;
@@ -510,15 +533,18 @@ BEGIN
                       interval '100 ms');
     deadline := clock_timestamp() + wait;
     finished := array_fill(false, ARRAY[parts]);
+    unreached := array_fill(false, ARRAY[parts]);
+    FOR p IN SELECT unnest(down) LOOP
+        unreached[p + 1] := true;
+    END LOOP;
     LOOP
         all_finished := true;
+        waited := false;
         FOR i IN 0 .. parts - 1 LOOP
             p := (first + i) % parts;
             CONTINUE WHEN finished[p + 1];
             s := least(slice, deadline - clock_timestamp());
-            IF s <= interval '0' THEN
-                RETURN;
-            END IF;
+            EXIT WHEN s <= interval '0';
             t0 := clock_timestamp();
             got := 0;
             BEGIN
@@ -543,24 +569,40 @@ BEGIN
                 IF got > 0 THEN
                     RETURN;
                 END IF;
+                unreached[p + 1] := false;
                 -- back at once with nothing: this partition is finished
                 IF clock_timestamp() - t0 < s / 2 THEN
                     finished[p + 1] := true;
                 ELSE
                     all_finished := false;
+                    waited := true;
                 END IF;
             EXCEPTION WHEN OTHERS THEN
                 GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT;
                 IF NOT pgq_proxy.unreachable(st, msg) THEN
                     RAISE;
                 END IF;
+                unreached[p + 1] := true;
                 all_finished := false;
             END;
         END LOOP;
-        IF all_finished THEN
-            RETURN;
+        EXIT WHEN all_finished;
+        s := least(slice, deadline - clock_timestamp());
+        EXIT WHEN s <= interval '0';
+        IF NOT waited THEN
+            -- nothing waited a slice: only partitions out of reach are left
+            IF NOT (true = ANY (finished)) THEN
+                RAISE EXCEPTION 'no partition of the pgq cluster is reachable'
+                    USING ERRCODE = '08006';
+            END IF;
+            PERFORM pg_catalog.pg_sleep(extract(epoch FROM s)::double precision);
         END IF;
     END LOOP;
+    down := ARRAY(SELECT i - 1 FROM generate_subscripts(unreached, 1) i
+                  WHERE unreached[i] ORDER BY i);
+    IF cardinality(down) > 0 THEN
+        RAISE WARNING 'partitions % of the pgq cluster are unreachable: their work cannot be claimed until they are back', down;
+    END IF;
 END
 $$;
 
@@ -570,6 +612,7 @@ CREATE FUNCTION pgq_proxy.release_claims(block_ids bigint[], attempts integer[],
                                          partitions integer)
 RETURNS void
 LANGUAGE plpgsql
+SET search_path = pg_catalog
 AS $$
 BEGIN
     PERFORM pgq_proxy.release_many_on(
@@ -693,6 +736,7 @@ $$ LANGUAGE plproxy;
 CREATE FUNCTION pgq_proxy.id_partitions(block_ids bigint[], partitions integer)
 RETURNS integer[]
 LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog
 AS $$
 SELECT coalesce(array_agg(pgq_proxy.id_partition(b) & (partitions - 1) ORDER BY n), '{}')
 FROM unnest(block_ids) WITH ORDINALITY AS u(b, n)
@@ -806,12 +850,14 @@ $$;
 
 -- ---------------------------------------------------------------------------
 -- Enqueues: to the partition of the item's ordering key, else of its key,
--- else to a random one (the next one when that is out of reach)
+-- else to a random one (the next one when that cannot be reached; not when
+-- the connection went after the call was sent, which may have enqueued it)
 -- ---------------------------------------------------------------------------
 
 CREATE FUNCTION pgq_proxy.unreachable_error(part integer, route text, msg text)
 RETURNS void
 LANGUAGE plpgsql
+SET search_path = pg_catalog
 AS $$
 BEGIN
     RAISE EXCEPTION 'partition % of the pgq cluster is unreachable', part
@@ -855,6 +901,13 @@ BEGIN
             END IF;
             IF route IS NOT NULL THEN
                 PERFORM pgq_proxy.unreachable_error(p, route, msg);
+            END IF;
+            -- the partition may have enqueued it: another would add it again
+            IF NOT pgq_proxy.not_sent(st, msg) THEN
+                RAISE EXCEPTION 'the outcome of the enqueue on partition % of the pgq cluster is unknown', p
+                    USING ERRCODE = '08007',
+                          DETAIL = 'The connection was lost after the call was sent: the item may have been enqueued. ' || msg,
+                          HINT = 'Give items a key to make an enqueue safe to repeat.';
             END IF;
             tries := tries + 1;
             IF tries >= parts THEN
@@ -952,6 +1005,7 @@ COMMENT ON FUNCTION pgq.enqueue_many(text, jsonb[], text[], integer, timestamptz
 CREATE FUNCTION pgq_proxy.all_partitions()
 RETURNS integer[]
 LANGUAGE sql STABLE
+SET search_path = pg_catalog
 AS $$ SELECT ARRAY(SELECT generate_series(0, pgq_proxy.partitions() - 1)) $$;
 
 -- Each partition runs the query over its own part of the data.  The result
@@ -1008,22 +1062,26 @@ COMMENT ON FUNCTION pgq.create_queue(text, text, interval, integer, interval,
 CREATE FUNCTION pgq.drop_group(group_name text)
 RETURNS boolean
 LANGUAGE sql
+SET search_path = pg_catalog
 AS $$ SELECT bool_or(d) FROM pgq_proxy.drop_group_all(group_name) d $$;
 
 CREATE FUNCTION pgq.pause(group_name text)
 RETURNS boolean
 LANGUAGE sql
+SET search_path = pg_catalog
 AS $$ SELECT bool_or(d) FROM pgq_proxy.pause_all(group_name, true) d $$;
 
 CREATE FUNCTION pgq.resume(group_name text)
 RETURNS boolean
 LANGUAGE sql
+SET search_path = pg_catalog
 AS $$ SELECT bool_or(d) FROM pgq_proxy.pause_all(group_name, false) d $$;
 
 CREATE FUNCTION pgq.purge(group_name text, older_than interval DEFAULT '0',
                           dead boolean DEFAULT false)
 RETURNS bigint
 LANGUAGE sql
+SET search_path = pg_catalog
 AS $$ SELECT sum(d)::bigint FROM pgq_proxy.purge_all(group_name, older_than, dead) d $$;
 
 -- Retention as text, as create_queue takes it here (see pgq.create_queue).
@@ -1031,23 +1089,27 @@ CREATE FUNCTION pgq.set_retention(queue_name text, retention text,
                                   key_retention text)
 RETURNS void
 LANGUAGE sql
+SET search_path = pg_catalog
 AS $$ SELECT FROM pgq_proxy.set_retention_all(queue_name, retention, key_retention) $$;
 
 CREATE FUNCTION pgq.grant(group_name text, role text,
                           privilege text DEFAULT 'consume')
 RETURNS void
 LANGUAGE sql
+SET search_path = pg_catalog
 AS $$ SELECT FROM pgq_proxy.grant_all(group_name, role, privilege, false) $$;
 
 CREATE FUNCTION pgq.revoke(group_name text, role text,
                            privilege text DEFAULT 'consume')
 RETURNS void
 LANGUAGE sql
+SET search_path = pg_catalog
 AS $$ SELECT FROM pgq_proxy.grant_all(group_name, role, privilege, true) $$;
 
 CREATE FUNCTION pgq.retry(group_name text, key text)
 RETURNS boolean
 LANGUAGE sql
+SET search_path = pg_catalog
 AS $$ SELECT bool_or(d) FROM pgq_proxy.retry_key_all(group_name, key) d $$;
 
 -- An item by key: from every partition, as a key may have gone with its
