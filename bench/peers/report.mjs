@@ -81,7 +81,8 @@ for (const [title, cs, metric, higher, fmt, comparisons] of SECTIONS) {
     const l = at(sys, r);
     if (!l) return '-';
     if (l.error) return 'failed';
-    return fmt(l[metric]) + (l.client_cpu != null ? ` (${Math.round(l.client_cpu)}%)` : '') + (l.emptied && cs !== 'held' ? '*' : '');
+    if (cs === 'held') return `${fmt(l[metric])} (${l.before_per_s} to ${l.during_per_s}/s)${l.emptied ? '*' : ''}`;
+    return fmt(l[metric]) + (l.client_cpu != null ? ` (${Math.round(l.client_cpu)}%)` : '') + (l.emptied ? '*' : '');
   };
   out.push(`\n${title}\n`);
   out.push(`| system: what it runs | ${rounds.map((r) => 'round ' + r).join(' | ')} | median |`);
@@ -122,6 +123,7 @@ for (const [title, cs, metric, higher, fmt, comparisons] of SECTIONS) {
   }
 }
 out.push('\n(N%): the Node client\'s CPU over the measured time, in % of one core; *: the backlog ran out before the time was up;');
+if (lines.some((l) => l.case === 'held')) out.push('held: (jobs/s before to jobs/s during the snapshot);');
 out.push('the best peer of a round: the highest figure among pgmq, graphile-worker and pg-boss (latency: the lowest).');
 console.log(out.join('\n'));
 if (process.argv[3]) writeFileSync(process.argv[3], tsv.map((l) => l + '\n').join(''));
