@@ -7,7 +7,9 @@
 #     router lost the connection (the partition's backend ended in its wait
 #     for a synchronous standby that does not exist, after its commit was
 #     flushed): the router must not enqueue the item again on another
-#     partition, but say that the outcome is unknown (08007).
+#     partition, but say that the outcome is unknown (08007); a claim whose
+#     completion of a block (complete =>) was so committed must not say
+#     that the block was not completed.
 #  2. A waiting claim whose only partition left to wait on refuses
 #     connections (the others' part is drained) tries it once a slice, not
 #     in a loop, and warns that it was out of reach.
@@ -132,6 +134,32 @@ like(
 	'it says that the outcome is unknown');
 is(items('lost'), $PARTS + 1, 'the item was committed once');
 
+
+# ... and a claim that completes a block (complete =>) whose partition
+# committed the completion while the router lost the connection: the
+# router goes on to claim from the others, and must not say that the block
+# was not completed
+$router->safe_psql('postgres', "SELECT pgq.create_queue('cw', lease => '1 hour')");
+$router->safe_psql('postgres', "SELECT pgq.enqueue('cw', '{}', key => 'c1')");
+my ($cw_id, $cw_att) = split /\|/,
+  $router->safe_psql('postgres', "SELECT block_id, attempt FROM pgq.claim('cw')");
+$shard->adjust_conf('postgresql.conf', 'synchronous_standby_names', "'nosuch'");
+$shard->reload;
+$e->send(
+	"SELECT count(*) FROM pgq.claim('cw', complete => $cw_id, attempt => $cw_att);");
+ok(wait_until($obs, "SELECT $syncrep IS NOT NULL;", 't', $e),
+	'the partition committed the completion and waits for the standby');
+($first_db, $first_pid) = split /:/, $obs->query_ok($syncrep_sql);
+$obs->query_ok("SELECT pg_terminate_backend($first_pid);");
+$e->wait;
+$shard->adjust_conf('postgresql.conf', 'synchronous_standby_names', "''");
+$shard->reload;
+like(
+	$e->{error},
+	qr/WARNING:  01000: block $cw_id may have been completed: the connection to partition ${\($cw_id >> 42)} of the pgq cluster was lost/,
+	'the claim says that the block may have been completed');
+is( $router->safe_psql('postgres', "SELECT state FROM pgq.result($cw_id)"),
+	'done', 'it was');
 
 # 2. a waiting claim when the only partition left to wait on is out of
 #    reach: partition 0's part of the group is drained (its query has no
