@@ -493,8 +493,11 @@ BEGIN
             GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT;
             IF pgq_proxy.unreachable(st, msg) THEN
                 down := down || p;
-                IF cmpl IS NOT NULL THEN
+                IF cmpl IS NOT NULL AND pgq_proxy.not_sent(st, msg) THEN
                     RAISE WARNING 'block % was not completed: partition % of the pgq cluster is unreachable', cmpl, p;
+                ELSIF cmpl IS NOT NULL THEN
+                    RAISE WARNING 'block % may have been completed: the connection to partition % of the pgq cluster was lost', cmpl, p
+                        USING HINT = 'Call pgq.result() or pgq.complete() for it once the partition is back.';
                 END IF;
             ELSE
                 -- what other partitions gave is not returned: give it back

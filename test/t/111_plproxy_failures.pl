@@ -7,14 +7,20 @@
 #     router lost the connection (the partition's backend ended in its wait
 #     for a synchronous standby that does not exist, after its commit was
 #     flushed): the router must not enqueue the item again on another
-#     partition, but say that the outcome is unknown (08007).
+#     partition, but say that the outcome is unknown (08007); a claim whose
+#     completion of a block (complete =>) was so committed must not say
+#     that the block was not completed.
 #  2. A waiting claim whose only partition left to wait on refuses
 #     connections (the others' part is drained) tries it once a slice, not
 #     in a loop, and warns that it was out of reach.
 #  3. The router's functions do not depend on the caller's search_path.
 #  4. docs/scaling.md says truly what the router does not have, and the
 #     router's functions take pgq's arguments.
-#  5. A waiting claim whose partitions all go away under it fails (08006)
+#  5. Every call on ids goes to the partition the ids name.
+#  6. A claim that fails on one partition gives back what others gave it.
+#  7. A waiting claim returns at most max_blocks rows, and work that comes
+#     to a partition it does not sleep on.
+#  8. A waiting claim whose partitions all go away under it fails (08006)
 #     rather than try them in a loop until its time is up.
 #
 # Every wait is for an observed condition (pg_stat_activity, a session's
@@ -129,6 +135,32 @@ like(
 is(items('lost'), $PARTS + 1, 'the item was committed once');
 
 
+# ... and a claim that completes a block (complete =>) whose partition
+# committed the completion while the router lost the connection: the
+# router goes on to claim from the others, and must not say that the block
+# was not completed
+$router->safe_psql('postgres', "SELECT pgq.create_queue('cw', lease => '1 hour')");
+$router->safe_psql('postgres', "SELECT pgq.enqueue('cw', '{}', key => 'c1')");
+my ($cw_id, $cw_att) = split /\|/,
+  $router->safe_psql('postgres', "SELECT block_id, attempt FROM pgq.claim('cw')");
+$shard->adjust_conf('postgresql.conf', 'synchronous_standby_names', "'nosuch'");
+$shard->reload;
+$e->send(
+	"SELECT count(*) FROM pgq.claim('cw', complete => $cw_id, attempt => $cw_att);");
+ok(wait_until($obs, "SELECT $syncrep IS NOT NULL;", 't', $e),
+	'the partition committed the completion and waits for the standby');
+($first_db, $first_pid) = split /:/, $obs->query_ok($syncrep_sql);
+$obs->query_ok("SELECT pg_terminate_backend($first_pid);");
+$e->wait;
+$shard->adjust_conf('postgresql.conf', 'synchronous_standby_names', "''");
+$shard->reload;
+like(
+	$e->{error},
+	qr/WARNING:  01000: block $cw_id may have been completed: the connection to partition ${\($cw_id >> 42)} of the pgq cluster was lost/,
+	'the claim says that the block may have been completed');
+is( $router->safe_psql('postgres', "SELECT state FROM pgq.result($cw_id)"),
+	'done', 'it was');
+
 # 2. a waiting claim when the only partition left to wait on is out of
 #    reach: partition 0's part of the group is drained (its query has no
 #    rows), partition 1 refuses connections.  The claim tries partition 1
@@ -229,7 +261,112 @@ like($err, qr/ERROR:  42883:/, "a function the router does not have fails with 4
 	"\\set VERBOSITY verbose\nSELECT * FROM pgq.$doc_views[0];");
 like($err, qr/ERROR:  42P01:/, "a view the router does not have fails with 42P01");
 
-# 5. a waiting claim when every partition goes away under it fails
+# 5. every call on ids goes to the partition the ids name: items of
+#    partition 1 (a routing that sent them to partition 0 would find
+#    nothing there)
+$router->safe_psql('postgres',
+	"SELECT pgq.create_queue('rt', lease => '1 hour', max_attempts => 1)");
+$router->safe_psql('postgres',
+	"SELECT pgq.enqueue_many('rt', ARRAY(SELECT '{}'::jsonb FROM generate_series(1, 8)), keys => ARRAY(SELECT k FROM (SELECT 'r' || g AS k FROM generate_series(1, 200) g) x WHERE pgq_proxy.key_partition(k, $PARTS) = 1 LIMIT 8))"
+);
+my @held = map { [ split /\|/ ] } split /\n/,
+  $router->safe_psql('postgres',
+	"SELECT block_id, attempt FROM pgq.claim('rt', 8) ORDER BY block_id");
+is(scalar(grep { $_->[0] >> 42 == 1 } @held), 8, 'eight items of partition 1 are held');
+my ($i1, $i2, $i3, $i4, $i5, $i6, $i7, $i8) = @held;
+is( $router->safe_psql(
+		'postgres', qq{
+	SELECT pgq.extend($i1->[0], '2 hours', attempt => $i1->[1]);
+	SELECT pgq.complete($i1->[0], '{"r": 1}', attempt => $i1->[1]);
+	SELECT state, result FROM pgq.result($i1->[0]);
+	SELECT string_agg(block_id || ':' || state, ',') FROM pgq.results('rt', ARRAY[$i1->[0]]);
+	SELECT pgq.release($i2->[0], attempt => $i2->[1]);
+	SELECT pgq.fail($i3->[0], 'e', attempt => $i3->[1]);
+	SELECT pgq.retry($i3->[0]);
+	SELECT pgq.complete_many(ARRAY[$i4->[0], $i5->[0]], ARRAY[$i4->[1], $i5->[1]]) = ARRAY[$i4->[0], $i5->[0]];
+	SELECT pgq.release_many(ARRAY[$i6->[0], $i7->[0]], ARRAY[$i6->[1], $i7->[1]]) = ARRAY[$i6->[0], $i7->[0]];
+	SELECT pgq.fail_many(ARRAY[$i8->[0]], ARRAY['e'], attempts => ARRAY[$i8->[1]]) = ARRAY[$i8->[0]];
+}),
+	join("\n",
+		't', 't', 'done|{"r": 1}', "$i1->[0]:done", 't', 't', 't', 't', 't', 't'),
+	'extend, complete, result, results, release, fail, retry, complete_many, release_many and fail_many reach partition 1'
+);
+is( $router->safe_psql('postgres',
+		"SELECT pending, running, done, dead FROM pgq.queue_stats WHERE queue_name = 'rt'"),
+	'4|0|3|1',
+	'the items are where those calls put them');
+
+# 6. a claim that fails on one partition gives back what the others gave:
+#    group "half" exists on partition 0 only; a claim that starts there
+#    (random() made to choose it) claims its block, then fails on
+#    partition 1, and the block is pending again
+$shard->safe_psql('part0',
+	"SELECT pgq.create_group('half', 'SELECT g FROM generate_series(1, 4) g', 4, mode => 'lease')"
+);
+my $seed = $router->safe_psql('postgres', q{
+	DO $$
+	BEGIN
+	    FOR i IN 1 .. 99 LOOP
+	        PERFORM setseed(i / 100.0);
+	        IF floor(random() * 2) = 0 THEN
+	            PERFORM set_config('pgqtest.seed', (i / 100.0)::text, false);
+	            RETURN;
+	        END IF;
+	    END LOOP;
+	END
+	$$;
+	SELECT current_setting('pgqtest.seed');
+});
+($ret, $out, $err) = $router->psql('postgres',
+	"\\set VERBOSITY verbose\nSELECT setseed($seed);\nSELECT block_id FROM pgq.claim('half', 2);");
+like($err, qr/ERROR:  42704: .*group "half" does not exist/,
+	'the claim fails on the partition without the group');
+is($shard->safe_psql('part0',
+		"SELECT pending, claimed FROM pgq.group_stats WHERE group_name = 'half'"),
+	'1|0', 'the block that partition 0 gave is pending again');
+
+# 7. a waiting claim returns at most max_blocks rows, and work that comes
+#    to a partition it is not sleeping on
+$router->safe_psql('postgres', "SELECT pgq.create_queue('wq', lease => '1 hour')");
+my $sleeping_expr =
+  "(SELECT coalesce(min(datname), '') FROM pg_stat_activity WHERE datname LIKE 'part%' AND wait_event_type = 'Extension')";
+my $sleeping_sql = "SELECT $sleeping_expr;";
+# An array of $n keys $prefix || N that go to partition $p.
+sub keys_of
+{
+	my ($prefix, $p, $n) = @_;
+	return "ARRAY(SELECT k FROM (SELECT '$prefix' || g AS k FROM generate_series(1, 200) g) x WHERE pgq_proxy.key_partition(k, $PARTS) = $p ORDER BY k LIMIT $n)";
+}
+my $wq = new_session($router, 'wq');
+$wq->send(
+	"SET pgq_proxy.wait_slice = '100ms';\nSELECT count(*) FROM pgq.claim('wq', 2, wait => '1 hour');"
+);
+ok(wait_until($obs, "SELECT $sleeping_expr <> '';", 't', $wq),
+	'the waiting claim sleeps on a partition');
+(my $sleeping = $obs->query_ok($sleeping_sql)) =~ s/^part//;
+$router->safe_psql('postgres',
+	"SELECT pgq.enqueue_many('wq', ARRAY['{}', '{}', '{}']::jsonb[], keys => "
+	  . keys_of('wq', $sleeping, 3) . ')');
+$wq->wait;
+is($wq->{result}, '2',
+	'it returns max_blocks rows, though the partition has three');
+is($router->safe_psql('postgres',
+		"SELECT running, pending FROM pgq.queue_stats WHERE queue_name = 'wq'"),
+	'2|1', 'and holds no more than it returned');
+$router->safe_psql('postgres',
+	"SELECT pgq.claim('wq', 1)");
+$wq->send("SELECT count(*) FROM pgq.claim('wq', 1, wait => '1 hour');");
+ok(wait_until($obs, "SELECT $sleeping_expr <> '';", 't', $wq),
+	'a second waiting claim sleeps on a partition');
+($sleeping = $obs->query_ok($sleeping_sql)) =~ s/^part//;
+my $other = 1 - $sleeping;
+$router->safe_psql('postgres',
+	"SELECT pgq.enqueue('wq', '{}', key => (" . keys_of('wr', $other, 1) . ")[1])");
+$wq->wait;
+is($wq->{result}, '1',
+	"a claim sleeping on partition $sleeping returns the item enqueued on partition $other");
+
+# 8. a waiting claim when every partition goes away under it fails
 $router->safe_psql('postgres', "SELECT pgq.create_queue('idle')");
 my $w = new_session($router, 'waiter');
 $w->send(
