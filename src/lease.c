@@ -961,21 +961,6 @@ change_held_block(SPIPlanPtr *plan, const char *sql, int nargs, Oid *argtypes,
 	"AND state " OP("=") " 'c' AND attempt " OP("=") " $3"
 
 /*
- * A lease-mode block's UPDATE under its holder's attempt changed nothing.  It
- * may have found the block changed by a claim that committed meanwhile (the
- * lease had run out, and the block was taken and given back since) and, in
- * EvalPlanQual, row-locked the new version, which may be due, until this
- * (sub)transaction ends.  Claims' looks for due blocks pass the block over
- * while it is locked (claim_due()), and waiting ones sleep: the lock's end,
- * commit or abort, wakes them.
- */
-static void
-late_holder_locked(const PgqGroup *group)
-{
-	pgq_xact_wake_at_commit(&group->ref);
-}
-
-/*
  * Consume a block held under "attempt", without SQL (see blockscan.c): it
  * is every lease cycle's second half.  Waiters learn at commit whether the
  * group can yield more.
@@ -1008,7 +993,7 @@ pgq_lease_release(const PgqGroup *group, int64 block_id, int32 attempt)
 						   HELD_BY_ATTEMPT,
 						   4, argtypes, values, SPI_OK_UPDATE))
 	{
-		late_holder_locked(group);
+		pgq_xact_late_holder_locked(&group->ref);
 		return false;
 	}
 	pgq_lease_durable();
@@ -1063,7 +1048,7 @@ pgq_lease_fail(const PgqGroup *group, int64 block_id, int32 attempt,
 		elog(ERROR, "could not fail block: %s", SPI_result_code_string(rc));
 	if (SPI_processed == 0)
 	{
-		late_holder_locked(group);
+		pgq_xact_late_holder_locked(&group->ref);
 		return false;
 	}
 	pgq_lease_durable();
@@ -1087,7 +1072,7 @@ pgq_lease_extend(const PgqGroup *group, int64 block_id, int32 attempt,
 						   HELD_BY_ATTEMPT,
 						   4, argtypes, values, SPI_OK_UPDATE))
 	{
-		late_holder_locked(group);
+		pgq_xact_late_holder_locked(&group->ref);
 		return false;
 	}
 	pgq_xact_wake_on_abort(&group->ref);

@@ -1199,20 +1199,6 @@ pgq_queue_complete(const PgqGroup *group, int64 item_id,
 	return done;
 }
 
-/*
- * A lease-mode item's UPDATE under its holder's attempt changed nothing.  It
- * may have found the item changed by a claim that committed meanwhile (the
- * lease had run out) and, in EvalPlanQual, row-locked the new version, which
- * may be pending again, until this (sub)transaction ends.  Claims pass the
- * item over while it is locked (pgq_item_claim_pending()), and waiting ones
- * sleep: the lock's end, commit or abort, wakes them.
- */
-static void
-late_holder_locked(const PgqGroup *group)
-{
-	pgq_xact_wake_at_commit(&group->ref);
-}
-
 /* Give a lease-mode item back to the queue at once (argument 1: attempt). */
 bool
 pgq_queue_release(const PgqGroup *group, int64 item_id,
@@ -1231,7 +1217,7 @@ pgq_queue_release(const PgqGroup *group, int64 item_id,
 					 " RETURNING priority",
 					 3, argtypes, values, NULL))
 	{
-		late_holder_locked(group);
+		pgq_xact_late_holder_locked(&group->ref);
 		return false;
 	}
 	/* its queue's claims find it from its place on (H1, shmem.c) */
@@ -1395,7 +1381,7 @@ pgq_queue_fail(const PgqGroup *group, int64 item_id, FunctionCallInfo fcinfo,
 			pgq_lease_durable();
 		}
 		else
-			late_holder_locked(group);
+			pgq_xact_late_holder_locked(&group->ref);
 	}
 	else if (group->mode == PGQ_MODE_ADVISORY)
 	{
@@ -1465,7 +1451,7 @@ pgq_queue_extend(const PgqGroup *group, int64 item_id, int32 attempt,
 	if (!change_item(&plan, "UPDATE pgq.items SET due_at = $4 " HELD_ITEM,
 					 4, argtypes, values, NULL))
 	{
-		late_holder_locked(group);
+		pgq_xact_late_holder_locked(&group->ref);
 		return false;
 	}
 	pgq_xact_wake_on_abort(&group->ref);

@@ -520,6 +520,20 @@ pgq_xact_wake_at_commit(const PgqGroupRef *group)
 }
 
 /*
+ * A lease holder's extend, release or fail (an UPDATE under its attempt)
+ * changed nothing: the lease had run out and a claim that committed
+ * meanwhile took the block or item.  The UPDATE may then have row-locked
+ * the new version (EvalPlanQual), which may be pending or due again, until
+ * this (sub)transaction ends.  Claims pass the row over while it is locked
+ * and waiting ones sleep: the lock's end, commit or abort, wakes them.
+ */
+void
+pgq_xact_late_holder_locked(const PgqGroupRef *group)
+{
+	pgq_xact_wake_at_commit(group);
+}
+
+/*
  * The current (sub)transaction extended a lease of the group.  A look for
  * due blocks (or a lease-mode queue's claim) passes the locked row over,
  * and a waiting claim may sleep on it: should the extend roll back, the

@@ -32,6 +32,7 @@ extern void pgq_xact_unlock_at_commit(const PgqGroupRef *group, int64 block_id);
 extern bool pgq_xact_unlocking(int64 block_id);
 extern bool pgq_xact_claimed(int64 block_id);
 extern void pgq_xact_wake_at_commit(const PgqGroupRef *group);
+extern void pgq_xact_late_holder_locked(const PgqGroupRef *group);
 extern void pgq_xact_wake_on_abort(const PgqGroupRef *group);
 extern void pgq_xact_remember_advisory(const PgqGroupRef *group,
 									   int64 block_id);
