@@ -41,16 +41,7 @@ use Test::More;
 use Time::HiRes qw(usleep time);
 use PgqTest;
 
-my $router = PostgreSQL::Test::Cluster->new('router');
-$router->init;
-$router->start;
-if ($router->safe_psql('postgres',
-		"SELECT count(*) FROM pg_available_extensions WHERE name = 'plproxy'") eq '0')
-{
-	$router->stop;
-	plan skip_all =>
-	  'PL/Proxy is not installed for this server: install postgresql-NN-plproxy to run this test';
-}
+my $router = start_router();
 
 my $N_IDS = 4000;
 my $BLOCK = 20;

@@ -38,16 +38,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use PgqTest;
 
-my $router = PostgreSQL::Test::Cluster->new('router');
-$router->init;
-$router->start;
-if ($router->safe_psql('postgres',
-		"SELECT count(*) FROM pg_available_extensions WHERE name = 'plproxy'") eq '0')
-{
-	$router->stop;
-	plan skip_all =>
-	  'PL/Proxy is not installed for this server: install postgresql-NN-plproxy to run this test';
-}
+my $router = start_router();
 
 my $PARTS = 2;
 my $shard = PostgreSQL::Test::Cluster->new('shard');

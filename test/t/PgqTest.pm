@@ -13,13 +13,14 @@ use Exporter 'import';
 use IPC::Run;
 use Test::More;
 use Time::HiRes qw(usleep);
+use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 
 our @EXPORT = qw(
   new_session setup_tables create_src_group group_stats consume_sql
   run_consumers hold_claims held_blocks blocks_left
   wait_until wait_for_sessions_dead check_consistent check_exactly_once
-  start_prog finish_prog output_until
+  start_prog finish_prog output_until start_router
 );
 
 # What psql says when the server ends its connection.
@@ -198,6 +199,25 @@ sub close
 
 # ---------------------------------------------------------------------------
 package PgqTest;
+
+# A started cluster for pgq's router (pgq_proxy), named "router"; the test
+# is skipped, the cluster stopped, where PL/Proxy (Debian package
+# postgresql-NN-plproxy) is not installed for the server under test.
+sub start_router
+{
+	my $router = PostgreSQL::Test::Cluster->new('router');
+	$router->init;
+	$router->start;
+	if ($router->safe_psql('postgres',
+			"SELECT count(*) FROM pg_available_extensions WHERE name = 'plproxy'"
+		) eq '0')
+	{
+		$router->stop;
+		plan skip_all =>
+		  'PL/Proxy is not installed for this server: install postgresql-NN-plproxy to run this test';
+	}
+	return $router;
+}
 
 sub new_session
 {
