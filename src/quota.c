@@ -14,10 +14,10 @@
  * Counting a queue's items costs a walk of its part of each partial index
  * of pgq.items (pgq_item_classes()), so an enqueue does not count every
  * time: a session counts when the items it enqueued into the queue since
- * its last count could have used up half of the room that count left.  A queue far from its bound is counted a few
- * times per session; one close to it, at every enqueue.  Sessions that
- * enqueue into one queue at once may pass the bound by up to half of the
- * room their last counts left each.
+ * its last count could have used up half of the room that count left.  A
+ * queue far from its bound is counted a few times per session; one close to
+ * it, at every enqueue.  Sessions that enqueue into one queue at once may
+ * pass the bound by up to half of the room their last counts left each.
  *
  *-------------------------------------------------------------------------
  */
