@@ -79,3 +79,45 @@ SELECT count(*) FROM pgq.claim('oq', 2);
 SELECT block_id = :p AS found, payload FROM pgq.claim('oq', wait => '10 min');
 SELECT pending, running FROM pgq.queue_stats WHERE queue_name = 'oq';
 SELECT pgq.drop_group('oq');
+
+-- a claim over a list probes each queue for work before it claims (all of
+-- them in a new session, which served none last); a queue with a hint is
+-- probed from it, not from the head of items_pending_idx
+SELECT pgq.create_queue('lq1');
+SELECT pgq.create_queue('lq2');
+SELECT cardinality(pgq.enqueue_many('lq1', ARRAY(SELECT jsonb_build_object('n', g)
+                                                 FROM generate_series(1, 300) g)));
+BEGIN;
+SELECT pg_current_xact_id() IS NOT NULL AS has_xid;
+PREPARE TRANSACTION 'hold_xmin_l';
+\set ECHO none
+\o /dev/null
+SELECT 'SELECT pgq.complete(block_id, attempt => attempt) FROM pgq.claim(''lq1'')'
+FROM generate_series(1, 200) \gexec
+\o
+\set ECHO all
+\c
+BEGIN;
+SELECT pg_stat_get_xact_tuples_returned('pgq.items_pending_idx'::regclass) AS before \gset
+SELECT payload FROM pgq.claim(ARRAY['lq2', 'lq1']);
+SELECT pg_stat_get_xact_tuples_returned('pgq.items_pending_idx'::regclass) - :before
+       BETWEEN 1 AND 8 AS probed_from_hint;
+ROLLBACK;
+ROLLBACK PREPARED 'hold_xmin_l';
+
+-- what lies below the hint (here an item of a prepared transaction, whose
+-- COMMIT PREPARED lowers nothing) the probe of a queue with nothing past its
+-- hint finds at the rate of full scans, and it lowers the hint to it, so
+-- that the claim takes it
+SELECT pgq.create_queue('lq3');
+SELECT cardinality(pgq.enqueue_many('lq3', '{"{}", "{}"}'));
+SELECT pgq.complete(block_id, attempt => attempt) FROM pgq.claim('lq3', 2);
+BEGIN;
+SELECT pgq.enqueue('lq3', '{"prepared": 1}', priority => 9) AS p \gset
+PREPARE TRANSACTION 'l_enqueue';
+COMMIT PREPARED 'l_enqueue';
+\c
+SELECT block_id = :p AS found_below_hint, payload FROM pgq.claim(ARRAY['lq2', 'lq3']);
+SELECT pgq.drop_group('lq1');
+SELECT pgq.drop_group('lq2');
+SELECT pgq.drop_group('lq3');

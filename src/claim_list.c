@@ -19,8 +19,9 @@
  * that have work in turn, and a claim of more takes from each of them.
  *
  * Empty queues cost an index probe each, not a claim: the probe looks for
- * a visible pending item, or one due (a retry, a delayed item, a lease that
- * ran out), which is what a claim of the queue takes.  Query groups are
+ * a visible pending item, from where the queue's claims start (its hint),
+ * or one due (a retry, a delayed item, a lease that ran out), which is what
+ * a claim of the queue takes.  Query groups are
  * always asked: a transaction-mode claim of blocks costs about a probe.
  *
  *-------------------------------------------------------------------------
@@ -52,6 +53,8 @@
 #include "group.h"
 #include "lease.h"
 #include "privilege.h"
+#include "queue.h"
+#include "shmem.h"
 #include "wait.h"
 
 /* InitMaterializedSRF() appeared in 15.1, after SetSingleFuncCall() in 15.0 */
@@ -117,15 +120,15 @@ read_names(FunctionCallInfo fcinfo, text ***names)
 	return arg.n;
 }
 
-/* Index scans of pgq.items for probe(): one per index, restarted per group. */
+/*
+ * Index scans of pgq.items for probe(): one per index, restarted per group.
+ * The scan of items_pending_idx is keyed as a claim's is
+ * (pgq_item_scan_pending_pass()), so that it starts where a claim would.
+ */
 typedef struct ItemProbe
 {
-	Relation	heap;
-	Relation	pending;
+	PgqBlockScan pending;
 	Relation	due;
-	Snapshot	snapshot;
-	TupleTableSlot *slot;
-	IndexScanDesc pending_scan;
 	IndexScanDesc due_scan;
 } ItemProbe;
 
@@ -133,18 +136,14 @@ typedef struct ItemProbe
 static void
 probe_open(ItemProbe *p)
 {
-	p->heap = pgq_open_rel("items", AccessShareLock);
-	p->pending = pgq_open_rel("items_pending_idx", AccessShareLock);
+	pgq_item_scan_open(&p->pending, "items_pending_idx", AccessShareLock);
 	p->due = pgq_open_rel("items_due_idx", AccessShareLock);
-	p->snapshot = RegisterSnapshot(GetTransactionSnapshot());
-	p->slot = table_slot_create(p->heap, NULL);
 #if PG_VERSION_NUM >= 180000
-	p->pending_scan = index_beginscan(p->heap, p->pending, p->snapshot, NULL,
-									  1, 0);
-	p->due_scan = index_beginscan(p->heap, p->due, p->snapshot, NULL, 2, 0);
+	p->due_scan = index_beginscan(p->pending.heap, p->due,
+								  p->pending.snapshot, NULL, 2, 0);
 #else
-	p->pending_scan = index_beginscan(p->heap, p->pending, p->snapshot, 1, 0);
-	p->due_scan = index_beginscan(p->heap, p->due, p->snapshot, 2, 0);
+	p->due_scan = index_beginscan(p->pending.heap, p->due,
+								  p->pending.snapshot, 2, 0);
 #endif
 }
 
@@ -153,12 +152,49 @@ static void
 probe_close(ItemProbe *p)
 {
 	index_endscan(p->due_scan);
-	index_endscan(p->pending_scan);
-	ExecDropSingleTupleTableSlot(p->slot);
-	UnregisterSnapshot(p->snapshot);
 	index_close(p->due, NoLock);
-	index_close(p->pending, NoLock);
-	table_close(p->heap, NoLock);
+	pgq_block_scan_close(&p->pending);
+}
+
+/* Is an item pending from place "from" in claim order on (0: the start)? */
+static bool
+probe_pending_from(ItemProbe *p, int64 group_id, int64 from)
+{
+	for (int pass = 0;
+		 pgq_item_scan_pending_pass(&p->pending, group_id, from, pass);
+		 pass++)
+		if (pgq_block_scan_next(&p->pending))
+			return true;
+	return false;
+}
+
+/*
+ * Is an item of the queue pending?  A queue with a hint is probed from it,
+ * as its claims start there: the head of items_pending_idx holds the dead
+ * entries of every item finished since the last vacuum, and all those kept
+ * by an old snapshot.  What lies below the hint (H1 in shmem.c) is looked
+ * for at the rate of claims' full scans (pgq_full_scan_due()); an item
+ * found there lowers the hint to it, so that the claim that follows finds
+ * it too.
+ */
+static bool
+probe_pending(ItemProbe *p, const PgqGroup *group)
+{
+	int64		hint = 0;
+	uint64		gen;
+
+	if (pgq_queue_uses_hint(group))
+		(void) pgq_hint_get(&group->ref, &hint, &gen);
+	if (probe_pending_from(p, group->ref.group_id, hint))
+		return true;
+	if (hint == 0 || !pgq_full_scan_due(&group->ref, -1) ||
+		!probe_pending_from(p, group->ref.group_id, 0))
+		return false;
+	slot_getallattrs(p->pending.slot);
+	pgq_hint_lower(&group->ref,
+				   pgq_item_position(DatumGetInt32(p->pending.slot->tts_values[Anum_items_priority - 1]),
+									 DatumGetInt64(p->pending.slot->tts_values[Anum_items_item_id - 1])));
+	return true;
 }
 
 /*
@@ -167,21 +203,19 @@ probe_close(ItemProbe *p)
  * rows visible to the snapshot count, as for a claim's own scan.
  */
 static bool
-probe_queue(ItemProbe *p, int64 group_id, TimestampTz now)
+probe_queue(ItemProbe *p, const PgqGroup *group, TimestampTz now)
 {
 	ScanKeyData keys[2];
 
-	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_INT8EQ,
-				Int64GetDatum(group_id));
-	index_rescan(p->pending_scan, keys, 1, NULL, 0);
-	if (index_getnext_slot(p->pending_scan, ForwardScanDirection, p->slot))
+	if (probe_pending(p, group))
 		return true;
 	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_INT8EQ,
-				Int64GetDatum(group_id));
+				Int64GetDatum(group->ref.group_id));
 	ScanKeyInit(&keys[1], 2, BTLessEqualStrategyNumber, F_TIMESTAMPTZ_LE,
 				TimestampTzGetDatum(now));
 	index_rescan(p->due_scan, keys, 2, NULL, 0);
-	return index_getnext_slot(p->due_scan, ForwardScanDirection, p->slot);
+	return index_getnext_slot(p->due_scan, ForwardScanDirection,
+							  p->pending.slot);
 }
 
 /*
@@ -216,7 +250,7 @@ probe(ListedGroup *groups, int n)
 			probe_open(&p);
 			opened = true;
 		}
-		g->has_work = probe_queue(&p, g->group.ref.group_id, now);
+		g->has_work = probe_queue(&p, &g->group, now);
 	}
 	if (opened)
 		probe_close(&p);
