@@ -1336,17 +1336,23 @@ pgq_queue_fail(const PgqGroup *group, int64 item_id, FunctionCallInfo fcinfo,
 			 * after those that ended; in lease mode, the attempt number may
 			 * have skipped some.
 			 */
-			int			rc = SPI_execute_with_args(fenced ?
-												   "SELECT COALESCE(tries, attempt) "
-												   "FROM pgq.items " HELD_ITEM :
-												   group->mode == PGQ_MODE_ADVISORY ?
-												   "SELECT attempt " OP("+") " 1 "
-												   "FROM pgq.items " ADVISORY_ITEM :
-												   "SELECT attempt FROM pgq.items "
-												   OWN_ITEM,
-												   fenced ? 3 : 2, argtypes,
-												   values, NULL, false, 1);
+			static SPIPlanPtr tried_plans[3] = {NULL, NULL, NULL};
+			int			which = fenced ? 0 :
+				group->mode == PGQ_MODE_ADVISORY ? 1 : 2;
 			bool		isnull;
+			int			rc;
+
+			if (tried_plans[which] == NULL)
+				tried_plans[which] =
+					pgq_keep_plan(fenced ?
+								  "SELECT COALESCE(tries, attempt) "
+								  "FROM pgq.items " HELD_ITEM :
+								  group->mode == PGQ_MODE_ADVISORY ?
+								  "SELECT attempt " OP("+") " 1 "
+								  "FROM pgq.items " ADVISORY_ITEM :
+								  "SELECT attempt FROM pgq.items " OWN_ITEM,
+								  fenced ? 3 : 2, argtypes);
+			rc = SPI_execute_plan(tried_plans[which], values, NULL, false, 1);
 
 			if (rc != SPI_OK_SELECT || SPI_processed != 1)
 				return false;
