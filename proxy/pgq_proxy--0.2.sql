@@ -791,13 +791,17 @@ BEGIN
         RAISE EXCEPTION 'advisory-mode blocks cannot be released through the pgq router'
             USING ERRCODE = '0A000';
     END IF;
-    IF attempts IS NOT NULL AND cardinality(attempts) <> n THEN
-        RAISE EXCEPTION 'block_ids and attempts must have the same number of elements'
-            USING ERRCODE = '2202E';
+    IF block_ids IS NULL THEN
+        RAISE EXCEPTION 'block_ids must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF coalesce(cardinality(attempts), n) <> n THEN
+        RAISE EXCEPTION 'attempts must have one element per block id'
+            USING ERRCODE = '2202E',
+                  HINT = 'Pass NULL, or one element per block id, in the same order.';
     END IF;
     SELECT coalesce(array_agg(i ORDER BY i), '{}') INTO done
     FROM pgq_proxy.release_many_on(
-             pgq_proxy.id_partitions(block_ids, parts), coalesce(block_ids, '{}'),
+             pgq_proxy.id_partitions(block_ids, parts), block_ids,
              coalesce(attempts, array_fill(NULL::integer, ARRAY[n]))) d,
          unnest(d) i;
     RETURN done;

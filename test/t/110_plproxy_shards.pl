@@ -358,6 +358,14 @@ is($fq_errors, 40, 'each item got its own error');
 	"\\set VERBOSITY verbose\nSELECT pgq.fail_many('$fq_ids', ARRAY['x'])");
 like($err, qr/ERROR:  2202E: errors must have one element per block id/,
 	'fail_many refuses errors of another length, as pgq does');
+($ret, $out, $err) = $router->psql('postgres',
+	"\\set VERBOSITY verbose\nSELECT pgq.release_many(NULL)");
+like($err, qr/ERROR:  22004: block_ids must not be NULL/,
+	'release_many refuses a NULL array, as pgq does');
+($ret, $out, $err) = $router->psql('postgres',
+	"\\set VERBOSITY verbose\nSELECT pgq.release_many('$fq_ids', ARRAY[1])");
+like($err, qr/ERROR:  2202E: attempts must have one element per block id/,
+	'release_many refuses attempts of another length, as pgq does');
 $router->safe_psql('postgres',
 	"SELECT pgq.set_retention('fq', '1 day', 'infinity')");
 is( $router->safe_psql(
