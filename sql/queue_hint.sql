@@ -121,3 +121,35 @@ SELECT block_id = :p AS found_below_hint, payload FROM pgq.claim(ARRAY['lq2', 'l
 SELECT pgq.drop_group('lq1');
 SELECT pgq.drop_group('lq2');
 SELECT pgq.drop_group('lq3');
+
+-- transaction-mode queues claim from their hint too: a claim consumed at
+-- commit moves it past the item, a rolled-back one lowers it back
+SELECT pgq.create_queue('tq', mode => 'transaction');
+SELECT cardinality(pgq.enqueue_many('tq', ARRAY(SELECT jsonb_build_object('n', g)
+                                                FROM generate_series(1, 300) g)));
+BEGIN;
+SELECT pg_current_xact_id() IS NOT NULL AS has_xid;
+PREPARE TRANSACTION 'hold_xmin_t';
+\set ECHO none
+\o /dev/null
+SELECT unnest(ARRAY['BEGIN', 'SELECT block_id FROM pgq.claim(''tq'')', 'COMMIT'])
+FROM generate_series(1, 200) \gexec
+\o
+\set ECHO all
+SELECT pending, done FROM pgq.queue_stats WHERE queue_name = 'tq';
+BEGIN;
+SELECT pg_stat_get_xact_tuples_returned('pgq.items_pending_idx'::regclass) AS before \gset
+SELECT payload FROM pgq.claim('tq');
+SELECT pg_stat_get_xact_tuples_returned('pgq.items_pending_idx'::regclass) - :before
+       BETWEEN 1 AND 4 AS from_hint;
+ROLLBACK;
+ROLLBACK PREPARED 'hold_xmin_t';
+BEGIN;
+SELECT payload FROM pgq.claim('tq');
+COMMIT;
+-- and an enqueue of higher priority lowers it at commit
+SELECT pgq.enqueue('tq', '{"urgent": 1}', priority => 5) AS urgent \gset
+BEGIN;
+SELECT block_id = :urgent AS urgent_first, payload FROM pgq.claim('tq');
+COMMIT;
+SELECT pgq.drop_group('tq');

@@ -183,8 +183,7 @@ probe_pending(ItemProbe *p, const PgqGroup *group)
 	int64		hint = 0;
 	uint64		gen;
 
-	if (pgq_queue_uses_hint(group))
-		(void) pgq_hint_get(&group->ref, &hint, &gen);
+	(void) pgq_hint_get(&group->ref, &hint, &gen);
 	if (probe_pending_from(p, group->ref.group_id, hint))
 		return true;
 	if (hint == 0 || !pgq_full_scan_due(&group->ref, -1) ||

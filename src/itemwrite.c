@@ -255,40 +255,59 @@ copy_column(TupleTableSlot *slot, AttrNumber attnum)
 }
 
 /*
- * Claim the locked pending item in w->scan.slot under a lease until
- * "until", with the next attempt number ("epoch": 0.2's fenced numbers, or
- * -1 in a database still at 0.1), and hand it to the caller in cxt.
+ * Claim the locked pending item in w->scan.slot, and hand it to the caller
+ * in cxt: under a lease until "until", with the next attempt number
+ * ("epoch": 0.2's fenced numbers, or -1 in a database still at 0.1); or,
+ * with "until" 0 (transaction mode), done at once, as the caller's commit
+ * consumes it, its ordering key appended to *keys (in the caller's memory).
  */
 static void
 claim_item(PgqRowWriter *w, TimestampTz until, int32 epoch, PgqClaimed *item,
-		   MemoryContext cxt)
+		   MemoryContext cxt, List **keys)
 {
 	TupleTableSlot *old = w->scan.slot;
 	TupleTableSlot *newslot = pgq_writer_new_version(w);
 	int32		attempt = DatumGetInt32(old->tts_values[Anum_items_attempt - 1]);
 	MemoryContext oldcxt;
 
-	if (epoch >= 0)
+	if (until == 0)
 	{
-		int32		tries = attempt;
-
-		/* not claimed since the update from 0.1: its attempt counts them */
-		if (!old->tts_isnull[Anum_items_tries - 1])
-			tries = DatumGetInt32(old->tts_values[Anum_items_tries - 1]);
-		attempt = pgq_lease_next_attempt(old, Anum_items_attempt,
-										 Anum_items_epoch);
-		newslot->tts_values[Anum_items_tries - 1] = Int32GetDatum(tries + 1);
-		newslot->tts_isnull[Anum_items_tries - 1] = false;
-		newslot->tts_values[Anum_items_epoch - 1] = Int32GetDatum(epoch);
-		newslot->tts_isnull[Anum_items_epoch - 1] = false;
+		attempt++;
+		newslot->tts_values[Anum_items_state - 1] = CharGetDatum('d');
+		newslot->tts_values[Anum_items_finished_at - 1] =
+			TimestampTzGetDatum(GetCurrentTimestamp());
+		newslot->tts_isnull[Anum_items_finished_at - 1] = false;
 	}
 	else
-		attempt++;
-	newslot->tts_values[Anum_items_state - 1] = CharGetDatum(PGQ_ITEM_CLAIMED);
+	{
+		if (epoch >= 0)
+		{
+			int32		tries = attempt;
+
+			/* not claimed since the update from 0.1: its attempt counts them */
+			if (!old->tts_isnull[Anum_items_tries - 1])
+				tries = DatumGetInt32(old->tts_values[Anum_items_tries - 1]);
+			attempt = pgq_lease_next_attempt(old, Anum_items_attempt,
+											 Anum_items_epoch);
+			newslot->tts_values[Anum_items_tries - 1] = Int32GetDatum(tries + 1);
+			newslot->tts_isnull[Anum_items_tries - 1] = false;
+			newslot->tts_values[Anum_items_epoch - 1] = Int32GetDatum(epoch);
+			newslot->tts_isnull[Anum_items_epoch - 1] = false;
+		}
+		else
+			attempt++;
+		newslot->tts_values[Anum_items_state - 1] = CharGetDatum(PGQ_ITEM_CLAIMED);
+		newslot->tts_values[Anum_items_due_at - 1] = TimestampTzGetDatum(until);
+		newslot->tts_isnull[Anum_items_due_at - 1] = false;
+	}
 	newslot->tts_values[Anum_items_attempt - 1] = Int32GetDatum(attempt);
-	newslot->tts_values[Anum_items_due_at - 1] = TimestampTzGetDatum(until);
-	newslot->tts_isnull[Anum_items_due_at - 1] = false;
 	pgq_writer_update(w);
+
+	if (keys != NULL && until == 0 &&
+		old->tts_tupleDescriptor->natts >= Anum_items_ordering_key &&
+		!old->tts_isnull[Anum_items_ordering_key - 1])
+		*keys = lappend(*keys,
+						DatumGetTextPCopy(old->tts_values[Anum_items_ordering_key - 1]));
 
 	oldcxt = MemoryContextSwitchTo(cxt);
 	item->id = DatumGetInt64(old->tts_values[Anum_items_item_id - 1]);
@@ -302,10 +321,12 @@ claim_item(PgqRowWriter *w, TimestampTz until, int32 epoch, PgqClaimed *item,
 }
 
 /*
- * Claim up to "limit" pending items of a lease-mode queue under a lease
- * until "until", from place "from" in claim order on
- * (pgq_item_scan_pending_pass()), into items[] (in cxt): every lease claim
- * of items, without SQL.  Each pending item is locked, skipping those that
+ * Claim up to "limit" pending items of a queue, from place "from" in claim
+ * order on (pgq_item_scan_pending_pass()), into items[] (in cxt): every
+ * lease-mode and transaction-mode claim of pending items, without SQL.
+ * "until" is the end of the items' leases, or 0 in transaction mode, where
+ * the claim marks them done at once and appends their ordering keys to
+ * *keys, for the caller to hand on (claim_item()).  Each pending item is locked, skipping those that
  * other transactions are changing (claiming), as FOR UPDATE SKIP LOCKED
  * would, and those changed since the scan's snapshot, which are no longer
  * pending, and then updated to claimed.  *last gets the place of the last
@@ -317,7 +338,7 @@ claim_item(PgqRowWriter *w, TimestampTz until, int32 epoch, PgqClaimed *item,
 int
 pgq_item_claim_pending(const PgqGroupRef *group, int64 from, int limit,
 					   TimestampTz until, PgqClaimed *items,
-					   MemoryContext cxt, int64 *last)
+					   MemoryContext cxt, int64 *last, List **keys)
 {
 	PgqRowWriter w;
 	int32		epoch = -1;
@@ -326,10 +347,14 @@ pgq_item_claim_pending(const PgqGroupRef *group, int64 from, int limit,
 
 	*last = 0;
 	pgq_writer_open(&w, "items", "items_pending_idx");
-	if (RelationGetDescr(w.scan.heap)->natts >= Anum_items_epoch)
-		epoch = pgq_lease_epoch();
-	else
-		pgq_lease_durable();
+	if (until != 0)
+	{
+		/* leases: fenced attempt numbers, from 0.2 on */
+		if (RelationGetDescr(w.scan.heap)->natts >= Anum_items_epoch)
+			epoch = pgq_lease_epoch();
+		else
+			pgq_lease_durable();
+	}
 	for (int pass = 0; n < limit &&
 		 pgq_item_scan_pending_pass(&w.scan, group->group_id, from, pass);
 		 pass++)
@@ -357,7 +382,7 @@ pgq_item_claim_pending(const PgqGroupRef *group, int64 from, int limit,
 			}
 			if (!held_back)
 				*last = position;
-			claim_item(&w, until, epoch, &items[n++], cxt);
+			claim_item(&w, until, epoch, &items[n++], cxt, keys);
 		}
 	}
 	pgq_writer_close(&w, n > 0);

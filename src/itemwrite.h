@@ -12,6 +12,7 @@
 #define PGQ_ITEMWRITE_H
 
 #include "fmgr.h"
+#include "nodes/pg_list.h"
 
 #include "pgq.h"
 #include "claim.h"
@@ -24,6 +25,6 @@ extern bool pgq_item_finish_held(int64 group_id, int64 item_id,
 extern int	pgq_item_claim_pending(const PgqGroupRef *group, int64 from,
 								   int limit, TimestampTz until,
 								   PgqClaimed *items, MemoryContext cxt,
-								   int64 *last);
+								   int64 *last, List **keys);
 
 #endif							/* PGQ_ITEMWRITE_H */

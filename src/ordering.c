@@ -379,9 +379,8 @@ pgq_ordering_hand_on(const PgqGroup *group, List *keys)
 
 			claimable = true;
 			/* its queue's claims find it from its place on (H1, shmem.c) */
-			if (pgq_queue_uses_hint(group))
-				pgq_xact_remember_pending(&group->ref,
-										  pgq_item_position(priority, item_id));
+			pgq_xact_remember_pending(&group->ref,
+									  pgq_item_position(priority, item_id));
 		}
 		SPI_freetuptable(SPI_tuptable);
 	}

@@ -568,9 +568,7 @@ pgq_enqueue(PG_FUNCTION_ARGS)
 	pgq_item_inserter_end(ins);
 	if (added && !item.has_due_at && !item.waiting)
 	{
-		if (pgq_queue_uses_hint(&group))
-			pgq_xact_remember_pending(&group.ref,
-									  pgq_item_position(priority, id));
+		pgq_xact_remember_pending(&group.ref, pgq_item_position(priority, id));
 		pgq_announce_claimable(&group.ref, group.name);
 	}
 	else if (added && item.has_due_at && !item.waiting)
@@ -694,9 +692,8 @@ pgq_enqueue_many(PG_FUNCTION_ARGS)
 	if (first_added != 0 && !item.has_due_at)
 	{
 		/* one priority for all: the first added comes first in claim order */
-		if (pgq_queue_uses_hint(&group))
-			pgq_xact_remember_pending(&group.ref,
-									  pgq_item_position(priority, first_added));
+		pgq_xact_remember_pending(&group.ref,
+								  pgq_item_position(priority, first_added));
 		pgq_announce_claimable(&group.ref, group.name);
 	}
 	else if (first_added != 0)
@@ -909,22 +906,35 @@ items_from_spi(const PgqGroup *group, PgqClaimed *items, MemoryContext cxt)
 	MemoryContextSwitchTo(oldcxt);
 	SPI_freetuptable(SPI_tuptable);
 
-	pgq_xact_remember(&group->ref, items, n);
+	pgq_xact_remember_items(&group->ref, items, n);
 	return n;
 }
 
+/* Remember the items a claim of pending items took (claim_pending_items()). */
+static void
+remember_pending_claims(const PgqGroup *group, const PgqClaimed *items, int n,
+						TimestampTz until)
+{
+	if (until != 0)
+		pgq_xact_remember_lease_items(&group->ref, items, n, until);
+	else
+		pgq_xact_remember_items(&group->ref, items, n);
+}
+
 /*
- * Claim up to max_items pending items of a lease-mode queue under a lease
- * until "until", into items[] (in cxt): from the queue's hint, a place in
- * claim order past the items found consumed or held, then, should that
- * come up short, from the start when pgq_full_scan_due() says so, as lease
- * claims of blocks do (lease.c).  Each scan is counted ahead (C1 in
- * shmem.c), and its items are remembered for the transaction's end, where
- * an abort lowers the hint to them.
+ * Claim up to max_items pending items of a queue, into items[] (in cxt):
+ * under a lease until "until", or, with "until" 0 (transaction mode), done
+ * at once in the caller's transaction, their ordering keys appended to
+ * *keys.  From the queue's hint, a place in claim order past the items
+ * found consumed or held, then, should that come up short, from the start
+ * when pgq_full_scan_due() says so, as lease claims of blocks do
+ * (lease.c).  Each scan is counted ahead (C1 in shmem.c), and its items are
+ * remembered for the transaction's end, where an abort lowers the hint to
+ * them.
  */
 static int
 claim_pending_items(const PgqGroup *group, int max_items, TimestampTz until,
-					PgqClaimed *items, MemoryContext cxt)
+					PgqClaimed *items, MemoryContext cxt, List **keys)
 {
 	int64		hint;
 	uint64		gen;
@@ -935,20 +945,24 @@ claim_pending_items(const PgqGroup *group, int max_items, TimestampTz until,
 	(void) pgq_claim_hint(&group->ref, &hint, &gen);
 	pgq_xact_claiming(&group->ref, hint);
 	n = pgq_item_claim_pending(&group->ref, hint, max_items, until, items,
-							   cxt, &last);
-	pgq_xact_remember_lease_items(&group->ref, items, n, until);
+							   cxt, &last, keys);
+	remember_pending_claims(group, items, n, until);
 	pgq_xact_claiming_done_advance(gen, last > 0 ?
 								   pgq_item_position_after(last) : 0);
 
-	/* committed leases are rows, not in the shared count: by rate alone */
+	/*
+	 * By rate alone: committed leases are rows, not in the shared count, and
+	 * consumers poll an empty queue, where a look from the start of every
+	 * claim that found no others' claims would walk the dead entries.
+	 */
 	if (n < max_items && hint > 0 && pgq_full_scan_due(&group->ref, -1))
 	{
 		int			below;
 
 		pgq_xact_claiming(&group->ref, 0);
 		below = pgq_item_claim_pending(&group->ref, 0, max_items - n, until,
-									   items + n, cxt, &last);
-		pgq_xact_remember_lease_items(&group->ref, items + n, below, until);
+									   items + n, cxt, &last, keys);
+		remember_pending_claims(group, items + n, below, until);
 		/* stranded below the hint: the first found is the first in order */
 		if (below > 0)
 			pgq_hint_lower(&group->ref, pgq_item_position(items[n].priority,
@@ -986,9 +1000,7 @@ int
 pgq_queue_claim(const PgqGroup *group, int max_items, PgqClaimed *items,
 				MemoryContext cxt)
 {
-	static SPIPlanPtr xact_plan = NULL;
-	static SPIPlanPtr xact_due_plan = NULL;
-	static SPIPlanPtr xact_plans[2] = {NULL, NULL};
+	static SPIPlanPtr xact_due_plans[2] = {NULL, NULL};
 	TimestampTz now = GetCurrentTimestamp();
 	bool		ordered = group->mode == PGQ_MODE_TRANSACTION &&
 		pgq_ordering_supported();
@@ -1008,95 +1020,52 @@ pgq_queue_claim(const PgqGroup *group, int max_items, PgqClaimed *items,
 		pgq_lease_claim_async();
 		promote_due(group, now, items_fenced());
 		n = claim_pending_items(group, max_items,
-								pgq_time_after(now, &group->lease), items, cxt);
+								pgq_time_after(now, &group->lease), items, cxt,
+								NULL);
 		pgq_lease_claim_done();
 		qsort(items, n, sizeof(PgqClaimed), compare_items);
 		return n;
 	}
 
-	if (xact_plan == NULL)
+	/*
+	 * Transaction mode: the retries that came due, by SQL (rare), then the
+	 * pending items, through the AMs from the hint.  The claim finishes the
+	 * items in this transaction: their ordering keys are handed on once
+	 * both ran, so that one claim never returns two items of a key.
+	 */
+#define CLAIM_DUE_ITEMS(columns) \
+	"UPDATE pgq.items i SET state = 'd', due_at = NULL, " \
+	"attempt = i.attempt " OP("+") " 1, finished_at = $3 " \
+	"WHERE i.ctid " OP("=") " ANY (ARRAY(" \
+	"SELECT ctid FROM pgq.items " \
+	"WHERE group_id " OP("=") " $1 " \
+	"AND state " OP("=") " 'r' AND due_at " OP("<=") " $3 " \
+	"ORDER BY group_id, due_at LIMIT $2 " \
+	"FOR UPDATE SKIP LOCKED)) " \
+	"RETURNING " columns
+	if (xact_due_plans[ordered] == NULL)
 	{
 		Oid			argtypes[3] = {INT8OID, INT4OID, TIMESTAMPTZOID};
 
-#define CLAIM_ITEMS_RETURNING(set, where, order, columns) \
-		"UPDATE pgq.items i SET " set " " \
-		"WHERE i.ctid " OP("=") " ANY (ARRAY(" \
-		"SELECT ctid FROM pgq.items " \
-		"WHERE group_id " OP("=") " $1 AND " where " " \
-		"ORDER BY " order " LIMIT $2 " \
-		"FOR UPDATE SKIP LOCKED)) " \
-		"RETURNING " columns
-#define CLAIM_ITEMS(set, where, order) \
-		CLAIM_ITEMS_RETURNING(set, where, order, ITEM_COLUMNS)
-#define PENDING		"state " OP("=") " 'p'"
-#define BY_PRIORITY "group_id, priority DESC, item_id"
-
-		xact_plan = pgq_keep_plan(CLAIM_ITEMS("state = 'd', "
-											  "attempt = i.attempt " OP("+") " 1, "
-											  "finished_at = $3",
-											  PENDING, BY_PRIORITY),
-								  3, argtypes);
-		xact_due_plan = pgq_keep_plan(CLAIM_ITEMS("state = 'd', due_at = NULL, "
-												  "attempt = i.attempt " OP("+") " 1, "
-												  "finished_at = $3",
-												  "state " OP("=") " 'r' "
-												  "AND due_at " OP("<=") " $3",
-												  "group_id, due_at"),
-									  3, argtypes);
+		xact_due_plans[ordered] =
+			pgq_keep_plan(ordered ? CLAIM_DUE_ITEMS(ORDERED_COLUMNS) :
+						  CLAIM_DUE_ITEMS(ITEM_COLUMNS),
+						  3, argtypes);
 	}
-	if (xact_plans[0] == NULL && ordered)
-	{
-		Oid			argtypes[3] = {INT8OID, INT4OID, TIMESTAMPTZOID};
-
-		/* the same as xact_due_plan and xact_plan, with ordering keys */
-		xact_plans[0] = pgq_keep_plan(CLAIM_ITEMS_RETURNING("state = 'd', due_at = NULL, "
-															"attempt = i.attempt " OP("+") " 1, "
-															"finished_at = $3",
-															"state " OP("=") " 'r' "
-															"AND due_at " OP("<=") " $3",
-															"group_id, due_at",
-															ORDERED_COLUMNS),
-									  3, argtypes);
-		xact_plans[1] = pgq_keep_plan(CLAIM_ITEMS_RETURNING("state = 'd', "
-															"attempt = i.attempt " OP("+") " 1, "
-															"finished_at = $3",
-															PENDING, BY_PRIORITY,
-															ORDERED_COLUMNS),
-									  3, argtypes);
-	}
-#undef CLAIM_ITEMS_RETURNING
-#undef CLAIM_ITEMS
-#undef PENDING
-#undef BY_PRIORITY
-
+#undef CLAIM_DUE_ITEMS
 	pgq_xact_reserve(max_items);
 	values[0] = Int64GetDatum(group->ref.group_id);
 	values[1] = Int32GetDatum(max_items);
-
-	/*
-	 * The claim finishes the items in this transaction: their ordering keys
-	 * are handed on once both statements ran, so that one claim never
-	 * returns two items of a key.
-	 */
 	values[2] = TimestampTzGetDatum(now);
-	rc = SPI_execute_plan(ordered ? xact_plans[0] : xact_due_plan, values,
-						  NULL, false, 0);
+	rc = SPI_execute_plan(xact_due_plans[ordered], values, NULL, false, 0);
 	if (rc != SPI_OK_UPDATE_RETURNING)
 		elog(ERROR, "could not claim items: %s", SPI_result_code_string(rc));
 	if (ordered)
 		finished = pgq_ordering_finished_keys(0, 7);
 	n = items_from_spi(group, items, cxt);
 	if (n < max_items)
-	{
-		values[1] = Int32GetDatum(max_items - n);
-		rc = SPI_execute_plan(ordered ? xact_plans[1] : xact_plan, values,
-							  NULL, false, 0);
-		if (rc != SPI_OK_UPDATE_RETURNING)
-			elog(ERROR, "could not claim items: %s", SPI_result_code_string(rc));
-		if (ordered)
-			finished = list_concat(finished, pgq_ordering_finished_keys(0, 7));
-		n += items_from_spi(group, items + n, cxt);
-	}
+		n += claim_pending_items(group, max_items - n, 0, items + n, cxt,
+								 ordered ? &finished : NULL);
 	pgq_events_note_claimed(&group->ref, items, n);
 	pgq_ordering_hand_on(group, finished);
 	qsort(items, n, sizeof(PgqClaimed), compare_items);
@@ -1669,6 +1638,8 @@ retry_item(int64 item_id)
 	PgqGroup	group;
 	Oid			argtypes[2] = {INT8OID, INT8OID};
 	Datum		values[2];
+	int32		priority;
+	bool		isnull;
 	int			rc;
 
 	if (!pgq_lookup_item(item_id, &group))
@@ -1741,7 +1712,6 @@ retry_item(int64 item_id)
 	if (SPI_processed == 0)
 	{
 		char	   *state = "gone";
-		bool		isnull;
 
 		rc = SPI_execute_with_args("SELECT state, payload IS NULL AND data IS NULL "
 								   "FROM pgq.items "
@@ -1769,17 +1739,10 @@ retry_item(int64 item_id)
 				 errdetail("The item is %s.", pgq_item_state_name(state[0])),
 				 errhint("Only done and dead-lettered items can be retried.")));
 	}
-	if (pgq_queue_uses_hint(&group))
-	{
-		bool		isnull;
-		int32		priority = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
-														   SPI_tuptable->tupdesc,
-														   1, &isnull));
-
-		/* its queue's claims find it from its place on (H1, shmem.c) */
-		pgq_xact_remember_pending(&group.ref,
-								  pgq_item_position(priority, item_id));
-	}
+	/* its queue's claims find it from its place on (H1, shmem.c) */
+	priority = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
+										   SPI_tuptable->tupdesc, 1, &isnull));
+	pgq_xact_remember_pending(&group.ref, pgq_item_position(priority, item_id));
 	pgq_announce_claimable(&group.ref, group.name);
 	pgq_events_note(&group.ref, &item_id, 1, 'p');
 	return true;

@@ -66,16 +66,4 @@ pgq_item_position_after(int64 position)
 	return position + 1;
 }
 
-/*
- * Do the queue's claims start from its hint, a place in claim order (H1 in
- * shmem.c)?  Then what makes an item pending before the hint must lower it
- * at commit (pgq_xact_remember_pending()).  Transaction-mode claims are SQL
- * statements, which walk items_pending_idx from its start.
- */
-static inline bool
-pgq_queue_uses_hint(const PgqGroup *group)
-{
-	return group->mode != PGQ_MODE_TRANSACTION;
-}
-
 #endif							/* PGQ_QUEUE_H */

@@ -82,22 +82,22 @@ typedef struct PgqGroupKey
  *		before the scan.
  *	Worth 25-30% of lease and advisory claims, 8% of transaction-mode ones,
  *	and the dead index entries of every consumed block (sql/hint.sql).
- *	A queue's hint (lease and advisory mode: pgq_queue_uses_hint()) is a
- *	place in claim order instead (pgq_item_position(): priority, then item
- *	id), and H1 and H2 hold with items for blocks: what makes an item
- *	pending (an enqueue, an ordering key handed on, a retry, a release, a
- *	lease or retry come due) lowers the hint to it at commit
- *	(pgq_xact_remember_pending()), a lease claim's abort lowers it to what
- *	the claim took, a lease claim does not move it past an item that
- *	another transaction only row-locks (whose end lowers nothing: an
- *	UPDATE keeps such a lock on a row it found changed, as a late
- *	holder's extend, release or fail of an item moved back to pending
- *	does), a session that gives an advisory item back lowers it
- *	at once, and a full scan finds what was let go by hand, what a
- *	prepared transaction made pending (COMMIT PREPARED lowers nothing),
- *	and an advisory item that a retry made pending between its holder's
- *	commit and its unlock (the holder does not lower the hint for an item
- *	it finished).  Transaction-mode queues' claims do not use a hint.
+ *	A queue's hint is a place in claim order instead (pgq_item_position():
+ *	priority, then item id), and H1 and H2 hold with items for blocks: what
+ *	makes an item pending (an enqueue, an ordering key handed on, a retry,
+ *	a release, a lease or retry come due) lowers the hint to it at commit
+ *	(pgq_xact_remember_pending()), a lease or transaction-mode claim's
+ *	abort lowers it to what the claim took, such a claim does not move it
+ *	past an item that another transaction only row-locks (whose end lowers
+ *	nothing: an UPDATE keeps such a lock on a row it found changed, as a
+ *	late holder's extend, release or fail of an item moved back to pending
+ *	does), a session that gives an advisory item back lowers it at once,
+ *	and a full scan finds what was let go by hand, what a prepared
+ *	transaction made pending (COMMIT PREPARED lowers nothing), and an
+ *	advisory item that a retry made pending between its holder's commit
+ *	and its unlock (the holder does not lower the hint for an item it
+ *	finished).  A transaction-mode queue's retries that came due are
+ *	claimed by SQL, from items_due_idx, without a hint.
  *	Worth the walk of the index entries of every item finished since the
  *	last vacuum, which took a quarter of an advisory item's cycle after
  *	10 s (186 pages per claim).
@@ -116,9 +116,9 @@ typedef struct PgqGroupKey
  *		takes that back and adds what it took to "claimed"
  *		(pgq_xact_claiming_count()); advisory mode's due blocks and
  *		pgq.relock take one block as such a scan; so are lease mode's due
- *		blocks (claim_due()), lease-mode items and advisory-mode items
- *		taken.  Items of transaction-mode queues are counted right after
- *		they are taken: a queue is never taken for exhausted.
+ *		blocks (claim_due()), and pending items of every mode taken.  The
+ *		retries of transaction-mode queues that came due are counted right
+ *		after they are taken: a queue is never taken for exhausted.
  *	C2	Claims made while their group had no entry (the table was full)
  *		are counted in the group's slot of "uncounted" instead, and an
  *		entry made for the group later may be given them back when they
@@ -145,7 +145,9 @@ typedef struct PgqGroupKey
  *		not known says nothing), and otherwise at most once a second
  *		("last_full_scan"), so that consumers polling the end of a
  *		group do not each walk its dead entries.  Lease claims, whose
- *		committed leases the count does not hold, go by the rate alone.
+ *		committed leases the count does not hold, and transaction-mode
+ *		claims of queues, which consumers poll when empty, go by the rate
+ *		alone.
  *	Worth 34 times the claims at the end of a group of 10,000 leased blocks
  *	(bench/ab's lease_poll).
  *

@@ -65,7 +65,8 @@ PG_FUNCTION_INFO_V1(pgq_items_inflight);
  */
 typedef enum PgqRecordKind
 {
-	PGQ_REC_CLAIM,				/* a transaction-mode claim, in the claimed count */
+	PGQ_REC_CLAIM,				/* a transaction-mode claim, in the claimed
+								 * count (of an item: at "place") */
 	PGQ_REC_LEASE,				/* a lease-mode claim, in the claimed count
 								 * until the transaction ends */
 	PGQ_REC_ITEM_LEASE,			/* the same of an item, at its place in
@@ -96,6 +97,8 @@ typedef struct PgqClaimRecord
 	PgqRecordKind kind;
 	TimestampTz until;			/* PGQ_REC_LEASE of a group, and
 								 * PGQ_REC_ITEM_LEASE: the lease's end */
+	int64		place;			/* PGQ_REC_CLAIM of an item: its place in
+								 * claim order; else 0 */
 } PgqClaimRecord;
 
 static PgqClaimRecord *claims = NULL;
@@ -167,6 +170,7 @@ add_record(const PgqGroupRef *group, int64 block_id, PgqRecordKind kind)
 	claims[nclaims].nest_level = GetCurrentTransactionNestLevel();
 	claims[nclaims].kind = kind;
 	claims[nclaims].until = 0;
+	claims[nclaims].place = 0;
 	nclaims++;
 	if (kind == PGQ_REC_CLAIM)
 		ncounted++;
@@ -209,6 +213,27 @@ pgq_xact_remember(const PgqGroupRef *group, const PgqClaimed *blocks, int n)
 	pgq_xact_reserve(n);
 	for (int i = 0; i < n; i++)
 		add_record(group, blocks[i].id, PGQ_REC_CLAIM);
+	pgq_xact_count_claimed(group, n);
+}
+
+/*
+ * pgq_xact_remember() for items of a transaction-mode queue: their records
+ * also hold their places in claim order (pgq_item_position()), to which an
+ * abort lowers the queue's hint.
+ */
+void
+pgq_xact_remember_items(const PgqGroupRef *group, const PgqClaimed *items,
+						int n)
+{
+	if (n == 0)
+		return;
+	pgq_xact_reserve(n);
+	for (int i = 0; i < n; i++)
+	{
+		add_record(group, items[i].id, PGQ_REC_CLAIM);
+		claims[nclaims - 1].place = pgq_item_position(items[i].priority,
+													  items[i].id);
+	}
 	pgq_xact_count_claimed(group, n);
 }
 
@@ -924,7 +949,8 @@ settle_claims(int first, bool undone)
 					wake = true;
 					continue;
 			}
-			lowest = Min(lowest, claims[j].block_id);
+			lowest = Min(lowest, claims[j].place != 0 ?
+						 claims[j].place : claims[j].block_id);
 		}
 		if (undone && lowest != PG_INT64_MAX)
 			pgq_hint_lower(group, lowest);

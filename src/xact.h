@@ -18,6 +18,8 @@ extern void pgq_xact_init(void);
 extern void pgq_xact_reserve(int n);
 extern void pgq_xact_remember(const PgqGroupRef *group,
 							  const PgqClaimed *blocks, int n);
+extern void pgq_xact_remember_items(const PgqGroupRef *group,
+									const PgqClaimed *items, int n);
 extern void pgq_xact_remember_lease(const PgqGroupRef *group,
 									const PgqClaimed *blocks, int n,
 									TimestampTz until);
