@@ -79,6 +79,12 @@ BEGIN
         PERFORM pgq.create_queue('lq', lease => '30 s');
         PERFORM pgq.enqueue_many('lq', ARRAY(SELECT jsonb_build_object('n', g)
                                              FROM generate_series(1, n) g));
+    WHEN 'tq' THEN
+        -- the same payloads, as items of a transaction-mode queue
+        PERFORM pgq.drop_group('tq');
+        PERFORM pgq.create_queue('tq', mode => 'transaction');
+        PERFORM pgq.enqueue_many('tq', ARRAY(SELECT jsonb_build_object('n', g)
+                                             FROM generate_series(1, n) g));
     WHEN 'g' THEN
         PERFORM pgq.drop_group('g');
         PERFORM pgq.create_group('g', ids, block_size => 1);
@@ -109,7 +115,7 @@ DECLARE
 BEGIN
     IF what IN ('q', 'vt', 'aq', 'que_jobs') THEN
         EXECUTE format('SELECT count(*) FROM %I', what) INTO n;
-    ELSIF what IN ('aqi', 'lq') THEN
+    ELSIF what IN ('aqi', 'lq', 'tq') THEN
         SELECT count(*) INTO n FROM pgq.items i JOIN pgq.groups g USING (group_id)
         WHERE g.group_name = what AND i.state IN ('p', 'r');
     ELSE
