@@ -75,7 +75,11 @@ typedef struct PgqGroupKey
  *		hint when they give one back (an abort, an advisory release, a
  *		retry's commit, a scan cut short by an error), and blocks let go
  *		without pgq knowing (a row lock or an advisory lock taken or
- *		dropped by hand), which only full scans find (F1).
+ *		dropped by hand), which only full scans find (F1).  A lease claim
+ *		does not move the hint past a pending block that another
+ *		transaction only row-locks: an UPDATE or DELETE keeps such a lock on
+ *		a row it found changed (a purge or a late holder that met a retry),
+ *		and its end lowers nothing.
  *	H2	Every call that lowers the hint (even to where it is) sets "gen" to
  *		a new unique value.  A claim raises the hint, past blocks its scan
  *		found consumed or held, only if "gen" is still the one it read
