@@ -828,15 +828,22 @@ claim_due(const PgqGroup *group, int limit, TimestampTz now,
  * walked as in transaction mode (claim.c); each pending block is locked,
  * skipping those that other transactions are changing (claiming), as FOR
  * UPDATE SKIP LOCKED would, and those changed since the scan's snapshot,
- * which are no longer pending, and then updated to claimed.
+ * which are no longer pending, and then updated to claimed.  *next gets
+ * where the hint may move: past the last block taken (0 if none), but not
+ * past the first that another transaction only row-locks
+ * (pgq_writer_only_locked(): a purge or a late holder that met a retried
+ * block), since that lock's end lowers no hint (H1 in shmem.c).
  */
 static int
 claim_pending(const PgqGroup *group, int64 from, int limit,
-			  TimestampTz until, PgqClaimed *blocks, MemoryContext cxt)
+			  TimestampTz until, PgqClaimed *blocks, MemoryContext cxt,
+			  int64 *next)
 {
 	BlockWriter w;
 	int			n = 0;
+	int64		locked = 0;		/* the first block only row-locked */
 
+	*next = 0;
 	writer_open(&w);
 	for (int pass = 0; pass < 2 && n < limit; pass++)
 	{
@@ -852,12 +859,20 @@ claim_pending(const PgqGroup *group, int64 from, int limit,
 				continue;
 			pgq_xact_claiming_count(limit - n);
 			if (!pgq_writer_lock(&w.row))
+			{
+				if (locked == 0 && pgq_writer_only_locked(&w.row))
+					locked = DatumGetInt64(old->tts_values[Anum_blocks_block_id - 1]);
 				continue;
+			}
 			writer_claim(&w, until, &blocks[n++], cxt);
+			if (locked == 0)
+				*next = blocks[n - 1].id + 1;
 			PGQ_INJECTION_POINT("pgq-lease-scan-taken");
 		}
 	}
 	pgq_writer_close(&w.row, n > 0);
+	if (locked > 0 && n > 0)
+		*next = Max(*next, locked);
 	return n;
 }
 
@@ -876,6 +891,7 @@ pgq_lease_claim(const PgqGroup *group, int max_blocks, PgqClaimed *blocks,
 	TimestampTz until = pgq_time_after(now, &group->lease);
 	int64		hint;
 	uint64		gen;
+	int64		next;
 	int			n;
 	int			got;
 
@@ -898,10 +914,10 @@ pgq_lease_claim(const PgqGroup *group, int max_blocks, PgqClaimed *blocks,
 	{
 		(void) pgq_claim_hint(&group->ref, &hint, &gen);
 		pgq_xact_claiming(&group->ref, hint);
-		got = claim_pending(group, hint, max_blocks - n, until, blocks + n, cxt);
+		got = claim_pending(group, hint, max_blocks - n, until, blocks + n, cxt,
+							&next);
 		pgq_xact_remember_lease(&group->ref, blocks + n, got, until);
-		pgq_xact_claiming_done_advance(gen, got > 0 ?
-									   blocks[n + got - 1].id + 1 : 0);
+		pgq_xact_claiming_done_advance(gen, next);
 		n += got;
 
 		/*
@@ -911,7 +927,8 @@ pgq_lease_claim(const PgqGroup *group, int max_blocks, PgqClaimed *blocks,
 		if (n < max_blocks && hint > 0 && pgq_full_scan_due(&group->ref, -1))
 		{
 			pgq_xact_claiming(&group->ref, 0);
-			got = claim_pending(group, 0, max_blocks - n, until, blocks + n, cxt);
+			got = claim_pending(group, 0, max_blocks - n, until, blocks + n, cxt,
+								&next);
 			pgq_xact_remember_lease(&group->ref, blocks + n, got, until);
 			if (got > 0)
 				pgq_hint_lower(&group->ref, blocks[n].id);

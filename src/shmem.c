@@ -12,8 +12,8 @@
  * look for due blocks found, and how far such looks must walk.  What each
  * field promises is listed once, as invariants, above struct PgqGroupEntry
  * below; the functions that read or write a field name the invariants they
- * rely on or keep.  Each field was measured against a build without it (bench/ab; see
- * bench/README.md).
+ * rely on or keep.  Each field was measured against a build without it
+ * (bench/ab; see bench/README.md).
  *
  * The hash table holds at most pgq.max_groups entries.  When it is full, the
  * entry of a group without claims in flight makes room; when every entry has
@@ -21,11 +21,11 @@
  * claimed counts of groups without an entry become unknown (NULL) until the
  * claims that could not be counted end (uncounted; C2).  No claim is ever
  * wrong, only slower, and a waiting claim whose group's count is unknown
- * does not take the group for exhausted.  So that one
- * role cannot take the table, each entry is
- * charged to the role whose call made it, and a role holds at most
- * pgq.max_groups_per_role entries: past that, its new entry takes the place
- * of one of its own idle entries, or its group goes without one.
+ * does not take the group for exhausted.  So that one role cannot take the
+ * table, each entry is charged to the role whose call made it, and a role
+ * holds at most pgq.max_groups_per_role entries: past that, its new entry
+ * takes the place of one of its own idle entries, or its group goes without
+ * one.
  *
  * The advisory locks that pgq counts (pgq.max_locks) are also counted per
  * role (pgq.max_locks_per_role), in a second table keyed by role, which
@@ -75,7 +75,11 @@ typedef struct PgqGroupKey
  *		hint when they give one back (an abort, an advisory release, a
  *		retry's commit, a scan cut short by an error), and blocks let go
  *		without pgq knowing (a row lock or an advisory lock taken or
- *		dropped by hand), which only full scans find (F1).
+ *		dropped by hand), which only full scans find (F1).  A lease claim
+ *		does not move the hint past a pending block that another
+ *		transaction only row-locks: an UPDATE or DELETE keeps such a lock on
+ *		a row it found changed (a purge or a late holder that met a retry),
+ *		and its end lowers nothing.
  *	H2	Every call that lowers the hint (even to where it is) sets "gen" to
  *		a new unique value.  A claim raises the hint, past blocks its scan
  *		found consumed or held, only if "gen" is still the one it read
@@ -971,14 +975,14 @@ mark_unsure(const PgqGroupRef *group)
 /*
  * Count blocks taken (delta > 0) or given up (delta < 0).  A count that
  * cannot be kept makes the counts of the groups in its slot of "uncounted"
- * unknown, until the claims it counted are given up.  A claim given up that was not counted in
- * its group's entry (it got none then) is taken off the uncounted ones,
- * once an entry made since has counted too few (C2).  A block given up that
- * is claimable again is taken out of the count after pgq_hint_lower() (see
- * "claimed" above).  Returns true if the waiting claims must look again:
- * the count fell to what the waiting claims hold themselves, or is not
- * kept (C3).  Safe in transaction callbacks when delta < 0: it allocates
- * nothing and cannot fail.
+ * unknown, until the claims it counted are given up.  A claim given up that
+ * was not counted in its group's entry (it got none then) is taken off the
+ * uncounted ones, once an entry made since has counted too few (C2).  A
+ * block given up that is claimable again is taken out of the count after
+ * pgq_hint_lower() (see "claimed" above).  Returns true if the waiting
+ * claims must look again: the count fell to what the waiting claims hold
+ * themselves, or is not kept (C3).  Safe in transaction callbacks when
+ * delta < 0: it allocates nothing and cannot fail.
  * (Keeps C1, C2 and C3.)
  */
 bool
