@@ -326,10 +326,10 @@ claim_item(PgqRowWriter *w, TimestampTz until, int32 epoch, PgqClaimed *item,
  * lease-mode and transaction-mode claim of pending items, without SQL.
  * "until" is the end of the items' leases, or 0 in transaction mode, where
  * the claim marks them done at once and appends their ordering keys to
- * *keys, for the caller to hand on (claim_item()).  Each pending item is locked, skipping those that
- * other transactions are changing (claiming), as FOR UPDATE SKIP LOCKED
- * would, and those changed since the scan's snapshot, which are no longer
- * pending, and then updated to claimed.  *last gets the place of the last
+ * *keys, for the caller to hand on (claim_item()).  Each pending item is
+ * locked, skipping those that other transactions are changing (claiming),
+ * as FOR UPDATE SKIP LOCKED would, and those changed since the scan's
+ * snapshot, which are no longer pending, and then updated.  *last gets the place of the last
  * candidate looked at (0 if none), short of the first that another
  * transaction only row-locks (pgq_writer_only_locked()): a claim's abort
  * lowers the hint to what it held, a row lock's end does not, so the hint

@@ -97,8 +97,8 @@ typedef struct PgqClaimRecord
 	PgqRecordKind kind;
 	TimestampTz until;			/* PGQ_REC_LEASE of a group, and
 								 * PGQ_REC_ITEM_LEASE: the lease's end */
-	int64		place;			/* PGQ_REC_CLAIM of an item: its place in
-								 * claim order; else 0 */
+	int64		place;			/* where an abort lowers the hint: block_id,
+								 * or a claimed item's place in claim order */
 } PgqClaimRecord;
 
 static PgqClaimRecord *claims = NULL;
@@ -170,7 +170,7 @@ add_record(const PgqGroupRef *group, int64 block_id, PgqRecordKind kind)
 	claims[nclaims].nest_level = GetCurrentTransactionNestLevel();
 	claims[nclaims].kind = kind;
 	claims[nclaims].until = 0;
-	claims[nclaims].place = 0;
+	claims[nclaims].place = block_id;
 	nclaims++;
 	if (kind == PGQ_REC_CLAIM)
 		ncounted++;
@@ -949,8 +949,7 @@ settle_claims(int first, bool undone)
 					wake = true;
 					continue;
 			}
-			lowest = Min(lowest, claims[j].place != 0 ?
-						 claims[j].place : claims[j].block_id);
+			lowest = Min(lowest, claims[j].place);
 		}
 		if (undone && lowest != PG_INT64_MAX)
 			pgq_hint_lower(group, lowest);
