@@ -1628,6 +1628,20 @@ pgq_item_state_name(char state)
 }
 
 /*
+ * A retry's UPDATE found the block or item no longer dead (or done): a
+ * concurrent retry made it pending first, and the UPDATE, which waited for
+ * that one, may have row-locked the new pending version (EvalPlanQual).
+ * Claims pass the row over while it is locked, and waiting ones sleep: the
+ * error's abort, which ends the lock, wakes them.
+ */
+static void
+retry_missed(const PgqGroupRef *group)
+{
+	pgq_xact_late_holder_locked(group);
+	PGQ_INJECTION_POINT("pgq-retry-missed");
+}
+
+/*
  * Set a done or dead item back to pending, with its claims counted from 0
  * and its result cleared (its error history stays); an error for an item
  * that is still pending, scheduled or running.
@@ -1669,10 +1683,13 @@ retry_item(int64 item_id)
 			if (rc != SPI_OK_UPDATE)
 				elog(ERROR, "could not retry block: %s", SPI_result_code_string(rc));
 			if (SPI_processed == 0)
+			{
+				retry_missed(&group.ref);
 				ereport(ERROR,
 						(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 						 errmsg("block " INT64_FORMAT " is not dead-lettered", item_id),
 						 errhint("Only dead-lettered blocks and done or dead-lettered items can be retried.")));
+			}
 			/*
 			 * Others' claims find the block once the hint is lowered at
 			 * commit; this transaction's own claims start at it before then
@@ -1712,6 +1729,8 @@ retry_item(int64 item_id)
 	if (SPI_processed == 0)
 	{
 		char	   *state = "gone";
+
+		retry_missed(&group.ref);
 
 		rc = SPI_execute_with_args("SELECT state, payload IS NULL AND data IS NULL "
 								   "FROM pgq.items "

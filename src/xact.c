@@ -547,9 +547,10 @@ pgq_xact_wake_at_commit(const PgqGroupRef *group)
 /*
  * A lease holder's extend, release or fail (an UPDATE under its attempt)
  * changed nothing: the lease had run out and a claim that committed
- * meanwhile took the block or item.  The UPDATE may then have row-locked
- * the new version (EvalPlanQual), which may be pending or due again, until
- * this (sub)transaction ends.  Claims pass the row over while it is locked
+ * meanwhile took the block or item; or a retry found it made pending by
+ * another retry.  The UPDATE may then have row-locked the new version
+ * (EvalPlanQual), which may be pending or due again, until this
+ * (sub)transaction ends.  Claims pass the row over while it is locked
  * and waiting ones sleep: the lock's end, commit or abort, wakes them.
  */
 void
