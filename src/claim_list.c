@@ -169,13 +169,14 @@ probe_pending_from(ItemProbe *p, int64 group_id, int64 from)
 }
 
 /*
- * Is an item of the queue pending?  A queue with a hint is probed from it,
- * as its claims start there: the head of items_pending_idx holds the dead
- * entries of every item finished since the last vacuum, and all those kept
- * by an old snapshot.  What lies below the hint (H1 in shmem.c) is looked
- * for at the rate of claims' full scans (pgq_full_scan_due()); an item
- * found there lowers the hint to it, so that the claim that follows finds
- * it too.
+ * Is an item of the queue pending?  A queue is probed from where its claims
+ * start (pgq_claim_hint(): its hint, or lower, where this transaction made
+ * an item pending that the hint moves to only at commit): the head of
+ * items_pending_idx holds the dead entries of every item finished since the
+ * last vacuum, and all those kept by an old snapshot.  What lies below
+ * (H1 in shmem.c) is looked for at the rate of claims' full scans
+ * (pgq_full_scan_due()); an item found there lowers the hint to it, so
+ * that the claim that follows finds it too.
  */
 static bool
 probe_pending(ItemProbe *p, const PgqGroup *group)
@@ -183,7 +184,7 @@ probe_pending(ItemProbe *p, const PgqGroup *group)
 	int64		hint = 0;
 	uint64		gen;
 
-	(void) pgq_hint_get(&group->ref, &hint, &gen);
+	(void) pgq_claim_hint(&group->ref, &hint, &gen);
 	if (probe_pending_from(p, group->ref.group_id, hint))
 		return true;
 	if (hint == 0 || !pgq_full_scan_due(&group->ref, -1) ||
