@@ -56,6 +56,7 @@
 #include "queue.h"
 #include "shmem.h"
 #include "wait.h"
+#include "xact.h"
 
 /* InitMaterializedSRF() appeared in 15.1, after SetSingleFuncCall() in 15.0 */
 #if PG_VERSION_NUM < 150001
@@ -170,21 +171,21 @@ probe_pending_from(ItemProbe *p, int64 group_id, int64 from)
 
 /*
  * Is an item of the queue pending?  A queue is probed from where its claims
- * start (pgq_claim_hint(): its hint, or lower, where this transaction made
- * an item pending that the hint moves to only at commit): the head of
- * items_pending_idx holds the dead entries of every item finished since the
- * last vacuum, and all those kept by an old snapshot.  What lies below
- * (H1 in shmem.c) is looked for at the rate of claims' full scans
- * (pgq_full_scan_due()); an item found there lowers the hint to it, so
- * that the claim that follows finds it too.
+ * start (as pgq_claim_hint() says: its hint, or lower, where this
+ * transaction made an item pending that the hint moves to only at commit;
+ * from the start if it has no entry in shared memory, which the probe does
+ * not make): the head of items_pending_idx holds the dead entries of every
+ * item finished since the last vacuum, and all those kept by an old
+ * snapshot.  What lies below (H1 in shmem.c) is looked for at the rate of
+ * claims' full scans (pgq_full_scan_due()); an item found there lowers the
+ * hint to it, so that the claim that follows finds it too.
  */
 static bool
 probe_pending(ItemProbe *p, const PgqGroup *group)
 {
-	int64		hint = 0;
-	uint64		gen;
+	int64		hint = pgq_xact_own_hint(&group->ref,
+										 pgq_hint_peek(&group->ref));
 
-	(void) pgq_claim_hint(&group->ref, &hint, &gen);
 	if (probe_pending_from(p, group->ref.group_id, hint))
 		return true;
 	if (hint == 0 || !pgq_full_scan_due(&group->ref, -1) ||

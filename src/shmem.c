@@ -581,14 +581,13 @@ entry_lock(const PgqGroupRef *group, bool create)
 }
 
 /*
- * Where a claim should start scanning, and the generation to hand back to
- * pgq_scan_end().  Returns false (hint 0) when no hint is kept.
- * (Relies on H1 and H2.)
+ * The group's hint and generation, from its entry, made first if "create";
+ * false (hint 0) when there is none.
  */
-bool
-pgq_hint_get(const PgqGroupRef *group, int64 *hint, uint64 *gen)
+static bool
+hint_read(const PgqGroupRef *group, bool create, int64 *hint, uint64 *gen)
 {
-	PgqGroupEntry *entry = entry_lock(group, true);
+	PgqGroupEntry *entry = entry_lock(group, create);
 
 	*hint = 0;
 	*gen = 0;
@@ -600,6 +599,32 @@ pgq_hint_get(const PgqGroupRef *group, int64 *hint, uint64 *gen)
 	SpinLockRelease(&entry->mutex);
 	LWLockRelease(pgq_state->lock);
 	return true;
+}
+
+/*
+ * Where a claim should start scanning, and the generation to hand back to
+ * pgq_scan_end().  Returns false (hint 0) when no hint is kept.
+ * (Relies on H1 and H2.)
+ */
+bool
+pgq_hint_get(const PgqGroupRef *group, int64 *hint, uint64 *gen)
+{
+	return hint_read(group, true, hint, gen);
+}
+
+/*
+ * The hint, without making an entry for a group that has none (0 then): a
+ * claim over a list probes every queue of the list, most of them idle, and
+ * must not fill the table with their entries.  (Relies on H1.)
+ */
+int64
+pgq_hint_peek(const PgqGroupRef *group)
+{
+	int64		hint;
+	uint64		gen;
+
+	(void) hint_read(group, false, &hint, &gen);
+	return hint;
 }
 
 /*

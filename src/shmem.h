@@ -19,6 +19,7 @@ extern bool pgq_shmem_ready(void);
 extern Size pgq_shmem_size(void);
 extern void pgq_shmem_init(void);
 extern bool pgq_hint_get(const PgqGroupRef *group, int64 *hint, uint64 *gen);
+extern int64 pgq_hint_peek(const PgqGroupRef *group);
 extern void pgq_hint_lower(const PgqGroupRef *group, int64 block_id);
 /* how long a look for due blocks (or items) is trusted (D1 in shmem.c) */
 #define PGQ_DUE_TRUST	(1000 * 1000)	/* microseconds */
