@@ -1066,6 +1066,15 @@ pgq_queue_claim(const PgqGroup *group, int max_items, PgqClaimed *items,
 	if (n < max_items)
 		n += claim_pending_items(group, max_items - n, 0, items + n, cxt,
 								 ordered ? &finished : NULL);
+
+	/*
+	 * This commit finishes the items: it wakes the calls waiting for their
+	 * results, as a complete's does.  The claimed count wakes the queue's
+	 * waiters only when it falls to what they hold themselves (C3 in
+	 * shmem.c), which another transaction's claim prevents.
+	 */
+	if (n > 0)
+		pgq_xact_wake_at_commit(&group->ref);
 	pgq_events_note_claimed(&group->ref, items, n);
 	pgq_ordering_hand_on(group, finished);
 	qsort(items, n, sizeof(PgqClaimed), compare_items);
