@@ -764,6 +764,7 @@ promote_due(const PgqGroup *group, TimestampTz now, bool fenced)
 	static SPIPlanPtr plans[2] = {NULL, NULL};
 	Datum		values[4];
 	int64		pending = PG_INT64_MAX; /* the first place made pending */
+	bool		dead = false;	/* an item dead-lettered */
 	uint64		due_gen;
 	bool		all;			/* moved every item due it could lock */
 	int			rc;
@@ -823,11 +824,14 @@ promote_due(const PgqGroup *group, TimestampTz now, bool fenced)
 		HeapTuple	row = SPI_tuptable->vals[i];
 		TupleDesc	rowdesc = SPI_tuptable->tupdesc;
 		bool		isnull;
+		char		state;
 
 		if (fenced)
 			pgq_lease_promoted(DatumGetTransactionId(SPI_getbinval(row, rowdesc,
 																   1, &isnull)));
-		if (DatumGetChar(SPI_getbinval(row, rowdesc, 3, &isnull)) == PGQ_ITEM_PENDING)
+		state = DatumGetChar(SPI_getbinval(row, rowdesc, 3, &isnull));
+		dead |= state == 'f';
+		if (state == PGQ_ITEM_PENDING)
 			pending = Min(pending,
 						  pgq_item_position(DatumGetInt32(SPI_getbinval(row, rowdesc,
 																		5, &isnull)),
@@ -837,6 +841,9 @@ promote_due(const PgqGroup *group, TimestampTz now, bool fenced)
 	/* the queue's claims find them from their places on (H1, shmem.c) */
 	if (pending != PG_INT64_MAX)
 		pgq_xact_remember_pending(&group->ref, pending);
+	/* this commit finished those: calls waiting for their results wake */
+	if (dead)
+		pgq_xact_wake_at_commit(&group->ref);
 	all = SPI_processed < PGQ_PROMOTE_LIMIT;
 	if (fenced)
 	{
@@ -1066,6 +1073,15 @@ pgq_queue_claim(const PgqGroup *group, int max_items, PgqClaimed *items,
 	if (n < max_items)
 		n += claim_pending_items(group, max_items - n, 0, items + n, cxt,
 								 ordered ? &finished : NULL);
+
+	/*
+	 * This commit finishes the items: it wakes the calls waiting for their
+	 * results, as a complete's does.  The claimed count wakes the queue's
+	 * waiters only when it falls to what they hold themselves (C3 in
+	 * shmem.c), which another transaction's claim prevents.
+	 */
+	if (n > 0)
+		pgq_xact_wake_at_commit(&group->ref);
 	pgq_events_note_claimed(&group->ref, items, n);
 	pgq_ordering_hand_on(group, finished);
 	qsort(items, n, sizeof(PgqClaimed), compare_items);
