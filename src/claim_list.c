@@ -185,16 +185,18 @@ probe_pending(ItemProbe *p, const PgqGroup *group)
 {
 	int64		hint = pgq_xact_own_hint(&group->ref,
 										 pgq_hint_peek(&group->ref));
+	TupleTableSlot *slot;
 
 	if (probe_pending_from(p, group->ref.group_id, hint))
 		return true;
 	if (hint == 0 || !pgq_full_scan_due(&group->ref, -1) ||
 		!probe_pending_from(p, group->ref.group_id, 0))
 		return false;
-	slot_getallattrs(p->pending.slot);
+	slot = p->pending.slot;
+	slot_getallattrs(slot);
 	pgq_hint_lower(&group->ref,
-				   pgq_item_position(DatumGetInt32(p->pending.slot->tts_values[Anum_items_priority - 1]),
-									 DatumGetInt64(p->pending.slot->tts_values[Anum_items_item_id - 1])));
+				   pgq_item_position(DatumGetInt32(slot->tts_values[Anum_items_priority - 1]),
+									 DatumGetInt64(slot->tts_values[Anum_items_item_id - 1])));
 	return true;
 }
 

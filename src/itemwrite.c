@@ -329,11 +329,11 @@ claim_item(PgqRowWriter *w, TimestampTz until, int32 epoch, PgqClaimed *item,
  * *keys, for the caller to hand on (claim_item()).  Each pending item is
  * locked, skipping those that other transactions are changing (claiming),
  * as FOR UPDATE SKIP LOCKED would, and those changed since the scan's
- * snapshot, which are no longer pending, and then updated.  *last gets the place of the last
- * candidate looked at (0 if none), short of the first that another
- * transaction only row-locks (pgq_writer_only_locked()): a claim's abort
- * lowers the hint to what it held, a row lock's end does not, so the hint
- * must not pass such an item (H1 in shmem.c).
+ * snapshot, which are no longer pending, and then updated.  *last gets the
+ * place of the last candidate looked at (0 if none), short of the first
+ * that another transaction only row-locks (pgq_writer_only_locked()): a
+ * claim's abort lowers the hint to what it held, a row lock's end does
+ * not, so the hint must not pass such an item (H1 in shmem.c).
  */
 int
 pgq_item_claim_pending(const PgqGroupRef *group, int64 from, int limit,

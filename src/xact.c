@@ -84,9 +84,8 @@ typedef enum PgqRecordKind
 	PGQ_REC_EXTENDING,			/* a lease extended: its rollback wakes the
 								 * group's waiting claims, which may have
 								 * passed the row over while it was locked */
-	PGQ_REC_PENDING				/* items of a queue whose claims use a hint
-								 * made pending, from this place in claim
-								 * order on ("block_id") */
+	PGQ_REC_PENDING				/* items of a queue made pending, from this
+								 * place in claim order on ("block_id") */
 } PgqRecordKind;
 
 typedef struct PgqClaimRecord
@@ -302,18 +301,17 @@ pgq_xact_remember_retry(const PgqGroupRef *group, int64 block_id)
 }
 
 /*
- * The current (sub)transaction made items of a queue whose claims use a
- * hint pending (enqueued them, handed an ordering key on, retried or
- * released one, moved those come due back), the first of them at
- * "position" in claim order (pgq_item_position()).  As for a retried block,
- * the queue's hint may move down to them only once they are visible: at
- * commit (invariant H1 in shmem.c).  PREPARE lets them through, and COMMIT
- * PREPARED lowers nothing: full scans find them (F1).  Unlike a retry, they
- * are not counted as claimed: a queue is never taken for exhausted.  A
- * statement's record takes in the previous one's if that is among the last
- * few (an enqueue adds a wake record after it), so that each call looks at
- * few records (a transaction of many enqueues still keeps a wake record per
- * call).
+ * The current (sub)transaction made items of a queue pending (enqueued
+ * them, handed an ordering key on, retried or released one, moved those
+ * come due back), the first of them at "position" in claim order
+ * (pgq_item_position()).  As for a retried block, the queue's hint may move
+ * down to them only once they are visible: at commit (invariant H1 in
+ * shmem.c).  PREPARE lets them through, and COMMIT PREPARED lowers nothing:
+ * full scans find them (F1).  Unlike a retry, they are not counted as
+ * claimed: a queue is never taken for exhausted.  A statement's record
+ * takes in the previous one's if that is among the last few (an enqueue
+ * adds a wake record after it), so that each call looks at few records (a
+ * transaction of many enqueues still keeps a wake record per call).
  */
 void
 pgq_xact_remember_pending(const PgqGroupRef *group, int64 position)
