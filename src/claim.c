@@ -25,6 +25,7 @@
 #include "utils/fmgrprotos.h"
 #include "utils/guc.h"
 #include "utils/resowner.h"
+#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 
@@ -279,12 +280,25 @@ pgq_refresh_group(PgqGroup *group)
  * materializing; always once it failed.  Otherwise, true when no block is
  * pending, claimed under a lease or waiting for a retry (only lease and
  * advisory groups have those), and no other session holds a claim that it
- * might give back.  Pending blocks are looked for through the primary key,
- * from the hint on and, should that find none, from the start (see below):
- * the range is a row comparison, which only an index that starts with
- * group_id can serve (a range of block ids alone, on the index on block_id,
- * would read the blocks of every later group).  Blocks held by others count
- * when their number is not known (they are visible rows then).
+ * might give back.
+ *
+ * All of it is read in one snapshot: read in two, a block could be pending
+ * in the one that looks for leases and leased in the one that looks for
+ * pending blocks.  A claim that the snapshot does not show left its blocks
+ * pending or due in it.  One that it shows has its leases walked only up
+ * to the bound, which the claim raises in its commit callback, after its
+ * commit became visible (B1 in shmem.c); but the claim stays counted until
+ * after the raise (C1).  So, should nothing be found, the count is read
+ * again, then the bound: a claim still counted, or a bound that moved,
+ * may be one whose leases the walk missed, and the group is not taken for
+ * exhausted.
+ *
+ * Pending blocks are looked for through the primary key, from the hint on
+ * and, should that find none, from the start (see below): the range is a
+ * row comparison, which only an index that starts with group_id can serve
+ * (a range of block ids alone, on the index on block_id, would read the
+ * blocks of every later group).  Blocks held by others count when their
+ * number is not known (they are visible rows then).
  */
 bool
 pgq_group_exhausted(PgqGroup *group)
@@ -295,7 +309,8 @@ pgq_group_exhausted(PgqGroup *group)
 	uint64		gen;
 	int64		own = 0;
 	int64		claimed;
-	bool		others;
+	int64		bound = PG_INT64_MAX;
+	Snapshot	snapshot;
 	bool		isnull;
 	bool		exhausted;
 	int			rc;
@@ -331,18 +346,24 @@ pgq_group_exhausted(PgqGroup *group)
 		own = pgq_advisory_held_in_group(&group->ref);
 	else
 		own = pgq_xact_own_in_flight(group->ref.group_id);
-	others = !pgq_claimed_get_waiting(&group->ref, own, &claimed) ||
-		claimed > own;
-	if (others)
+	if (!pgq_claimed_get_waiting(&group->ref, own, &claimed) || claimed > own)
 		return false;
 	if (!pgq_claim_hint(&group->ref, &hint, &gen))
 		hint = 0;
+	PGQ_INJECTION_POINT("pgq-exhausted-counted");
+
+	snapshot = RegisterSnapshot(GetTransactionSnapshot());
 
 	/* a lease that may run out, or a retry to come due */
 	if (group->mode != PGQ_MODE_TRANSACTION &&
 		pgq_block_any_deadline(&group->ref,
-							   group->mode == PGQ_MODE_ADVISORY))
+							   group->mode == PGQ_MODE_ADVISORY,
+							   snapshot, &bound))
+	{
+		UnregisterSnapshot(snapshot);
 		return false;
+	}
+	PGQ_INJECTION_POINT("pgq-exhausted-walked");
 
 	/*
 	 * From the hint on, then, should that find nothing, from the start: a
@@ -361,13 +382,24 @@ pgq_group_exhausted(PgqGroup *group)
 		if (from == 1 && hint == 0)
 			break;
 		values[1] = Int64GetDatum(from == 0 ? hint : 0);
-		rc = SPI_execute_plan(plan, values, NULL, false, 1);
+		rc = SPI_execute_snapshot(plan, values, NULL, snapshot,
+								  InvalidSnapshot, false, false, 1);
 		if (rc != SPI_OK_SELECT)
 			elog(ERROR, "could not read blocks: %s", SPI_result_code_string(rc));
 		exhausted = !DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
 												SPI_tuptable->tupdesc, 1,
 												&isnull));
 		SPI_freetuptable(SPI_tuptable);
+	}
+	UnregisterSnapshot(snapshot);
+
+	/* the count again, then the bound: see above */
+	if (exhausted && group->mode != PGQ_MODE_TRANSACTION)
+	{
+		if (!pgq_claimed_get(&group->ref, true, &claimed) || claimed > own)
+			exhausted = false;
+		else if (pgq_block_due_bound(&group->ref) != bound)
+			exhausted = false;
 	}
 	return exhausted;
 }

@@ -205,12 +205,14 @@ learn_bound(const PgqGroupRef *group, uint64 gen, uint64 epoch)
  * deadline first, and their count is returned.  With max 0, the walk ends
  * at the first due block, or with "any_deadline", at the first deadline.
  * With "skip_own", blocks that this session holds by advisory lock are
- * passed over.
+ * passed over.  The walk reads "snapshot", or (NULL) a statement's.  The
+ * bound it read from shared memory goes to *bound_read if that is not NULL
+ * (PG_INT64_MAX: not known, and the whole group was walked).
  */
 static int
 walk_due(const PgqGroupRef *group, TimestampTz now, int max,
-		 bool any_deadline, bool skip_own, PgqDueBlock **due,
-		 TimestampTz *earliest)
+		 bool any_deadline, bool skip_own, Snapshot snapshot,
+		 PgqDueBlock **due, TimestampTz *earliest, int64 *bound_read)
 {
 	PgqBlockScan scan;
 	ScanKeyData keys[2];
@@ -227,6 +229,11 @@ walk_due(const PgqGroupRef *group, TimestampTz now, int max,
 		*due = NULL;
 
 	pgq_block_scan_open(&scan, "blocks_pkey", AccessShareLock);
+	if (snapshot != NULL)
+	{
+		UnregisterSnapshot(scan.snapshot);
+		scan.snapshot = RegisterSnapshot(snapshot);
+	}
 	epoch = inflight_trigger_epoch(RelationGetRelid(scan.heap));
 	if (epoch == 0)
 		bound = PG_INT64_MAX;
@@ -235,6 +242,8 @@ walk_due(const PgqGroupRef *group, TimestampTz now, int max,
 		learn_bound(group, gen, epoch);
 		(void) pgq_inflight_bound(group, epoch, &bound, &gen);
 	}
+	if (bound_read != NULL)
+		*bound_read = bound;
 	if (bound != PG_INT64_MAX)
 		bound = Max(bound, pgq_xact_inflight_highest(group->group_id));
 
@@ -346,7 +355,7 @@ pgq_block_due(const PgqGroupRef *group, TimestampTz now, int max,
 		my_look.since = now;
 		my_look.active = true;
 	}
-	n = walk_due(group, now, max, false, false, due, &earliest);
+	n = walk_due(group, now, max, false, false, NULL, due, &earliest, NULL);
 	if (!own)
 	{
 		PGQ_INJECTION_POINT("pgq-due-look-walked");
@@ -418,17 +427,40 @@ pgq_block_due_abort(void)
 
 /*
  * Has the group a block claimed under a lease or waiting for a retry, with a
- * deadline?  A group that has one is not exhausted: the lease may run out,
- * the retry will come due.  With "skip_own", an advisory-mode retry that
- * this session holds does not count: it holds it, and a claim of it cannot
- * take it.
+ * deadline, in "snapshot"?  A group that has one is not exhausted: the lease
+ * may run out, the retry will come due.  With "skip_own", an advisory-mode
+ * retry that this session holds does not count: it holds it, and a claim of
+ * it cannot take it.  *bound gets the bound that the walk read (see
+ * pgq_block_due_bound()).
  */
 bool
-pgq_block_any_deadline(const PgqGroupRef *group, bool skip_own)
+pgq_block_any_deadline(const PgqGroupRef *group, bool skip_own,
+					   Snapshot snapshot, int64 *bound)
 {
 	TimestampTz earliest;
 
-	(void) walk_due(group, GetCurrentTimestamp(), 0, true, skip_own, NULL,
-					&earliest);
+	(void) walk_due(group, GetCurrentTimestamp(), 0, true, skip_own,
+					snapshot, NULL, &earliest, bound);
 	return earliest != DT_NOEND;
+}
+
+/*
+ * The bound of the group's blocks in flight that a walk for due blocks would
+ * read now (invariant B1 in shmem.c); PG_INT64_MAX if it is not known.  A
+ * walk may read the bound from before the raise of a claim that its snapshot
+ * shows: what must not miss that claim's lease reads the bound again, once
+ * the claim's commit callback ran, and sees whether it moved.
+ */
+int64
+pgq_block_due_bound(const PgqGroupRef *group)
+{
+	Relation	heap = pgq_open_rel("blocks", AccessShareLock);
+	uint64		epoch = inflight_trigger_epoch(RelationGetRelid(heap));
+	int64		bound;
+	uint64		gen;
+
+	table_close(heap, NoLock);
+	if (epoch == 0 || !pgq_inflight_bound(group, epoch, &bound, &gen))
+		return PG_INT64_MAX;
+	return bound;
 }

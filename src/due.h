@@ -14,6 +14,7 @@
 #include "pgq.h"
 
 #include "storage/itemptr.h"
+#include "utils/snapshot.h"
 
 /* A block whose lease ran out or whose retry came due. */
 typedef struct PgqDueBlock
@@ -25,7 +26,9 @@ typedef struct PgqDueBlock
 
 extern int	pgq_block_due(const PgqGroupRef *group, TimestampTz now, int max,
 						  PgqDueBlock **due);
-extern bool pgq_block_any_deadline(const PgqGroupRef *group, bool skip_own);
+extern bool pgq_block_any_deadline(const PgqGroupRef *group, bool skip_own,
+								   Snapshot snapshot, int64 *bound);
+extern int64 pgq_block_due_bound(const PgqGroupRef *group);
 extern void pgq_block_due_abort(void);
 extern bool pgq_item_due_skip(const PgqGroupRef *group, TimestampTz now,
 							  uint64 *gen);

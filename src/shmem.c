@@ -197,8 +197,14 @@ typedef struct PgqGroupKey
  *	B1	If "inflight_epoch" is the epoch of the trigger in place
  *		(pgq_block_inflight_epoch(); 0: not known), no committed row version
  *		of a block above "inflight_max" is claimed under a lease or waits for
- *		a retry (state 'c' or 'r').  The commits that make such blocks raise
- *		it: lease claims (xact.c) and SQL (the trigger pgq.blocks_inflight).
+ *		a retry (state 'c' or 'r'), once the commit callbacks of the
+ *		transactions that committed it ran.  Those commits raise it: lease
+ *		claims (xact.c) and SQL (the trigger pgq.blocks_inflight).  A walk
+ *		whose snapshot shows a claim may thus read the bound from before its
+ *		raise; the claim is counted until after it (C1), which is how
+ *		pgq_group_exhausted() learns that its walk may have missed a lease.
+ *		(SQL's raise is counted by nothing: a block leased by hand may be
+ *		missed so for as long as its commit takes.)
  *		SQL run while the trigger was missing or disabled raised nothing:
  *		the epoch then differs, and the next look walks the whole group.
  *	B2	"inflight_gen" is unique to each making of the entry: a walk of the
@@ -628,8 +634,8 @@ pgq_hint_peek(const PgqGroupRef *group)
 }
 
 /*
- * A block (at "block_id"; for an advisory-mode queue, an item at that place
- * in claim order) is claimable again (a claim undone, a retry committed, an
+ * A block (at "block_id"; for a queue, an item at that place in claim
+ * order) is claimable again (a claim undone, a retry committed, an
  * advisory lock let go), or held by the caller: the hint must not stay above
  * it.  Call it once the block is visible as claimable: a claim that reads
  * the new generation before then may move the hint past the block again.
@@ -687,11 +693,12 @@ pgq_due_none(const PgqGroupRef *group, TimestampTz now, uint64 *gen)
  * A look for due blocks at "now", begun at generation "gen", is done: it
  * found no block due before "earliest" (DT_NOEND: none at all).  If that is
  * later than "now", remember it, unless the deadlines were forgotten
- * meanwhile.  Leases committed meanwhile may
- * not be in the look's snapshot: remember the earliest of them if it comes
- * first.  (A look that began before another one recorded, and recorded
- * after it, may miss a lease committed between the two records: that lease
- * is seen once the record is PGQ_DUE_TRUST old.)
+ * meanwhile.  Leases committed meanwhile may not be in the look's snapshot:
+ * remember the earliest of them if it comes first.  (Looks may overlap: one
+ * that records after another that began later may miss a lease committed
+ * after its own snapshot was taken and before the other recorded, whose
+ * lowering that record took.  Such a lease is seen once the record is
+ * PGQ_DUE_TRUST old.)
  * (Keeps D1 through D4.)
  */
 void
@@ -862,11 +869,11 @@ pgq_inflight_bound(const PgqGroupRef *group, uint64 epoch, int64 *bound,
 }
 
 /*
- * A group was just created: it has no block in flight, and its bound is
- * known to be 0, as long as the trigger of epoch "epoch" keeps it (0: no
- * trigger does, and the bound stays unknown).  Its blocks are written
- * pending, by this transaction or a materializer; claims raise the bound as
- * usual.
+ * A group was just created: it has no block in flight, so whatever bound its
+ * entry holds (0 in a new one) is right, and known, as long as the trigger
+ * of epoch "epoch" keeps it (0: no trigger does, and the bound stays
+ * unknown).  Its blocks are written pending, by this transaction or a
+ * materializer; claims raise the bound as usual.
  * (Keeps B1.)
  */
 void
@@ -1130,7 +1137,11 @@ pgq_scan_end(const PgqGroupRef *group, int64 counted, int64 taken,
  * Read the count of the group's entry: blocks held, and with "scans" what
  * scans under way counted ahead.  With own >= 0 the reader is a waiting
  * claim that holds "own" blocks of the group, for which C3 is kept under
- * the same lock.  False when the count is not known (C2).
+ * the same lock.  False when the count is not known (C2).  The slot of
+ * "uncounted" is read under the entry's spinlock: read before it, it could
+ * miss a claim that counted into it and then marked the entry unsure,
+ * whose mark this would clear.  (Where 64-bit atomics are emulated, that
+ * read takes the emulation's lock, a leaf, for one read.)
  */
 static bool
 claimed_read(const PgqGroupRef *group, bool scans, int64 own, int64 *claimed)

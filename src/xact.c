@@ -1062,6 +1062,9 @@ pgq_xact_callback(XactEvent event, void *arg)
 			Assert(!claiming.active);
 			if (claiming.active)
 				claiming_end(0, 0, false);
+			/* visible to all, and nothing of it published yet */
+			if (nclaims > 0)
+				PGQ_INJECTION_POINT("pgq-commit-visible");
 			/* before the waiters wake, so that their claims look again */
 			publish_inflight();
 			settle_claims(0, false);
