@@ -869,7 +869,7 @@ lock_due(const PgqGroup *group, int limit, PgqClaimed *blocks,
 				break;
 			}
 
-			/* a scan of one block, counted before it is taken (C1 in shmem.c) */
+			/* a scan of one block, counted before it is taken (C1, shmem.c) */
 			pgq_xact_claiming(&group->ref, due[i].block_id);
 			pgq_xact_claiming_count(1);
 			taken = take_block(group, due[i].block_id, NULL, &blocks[n], cxt);

@@ -53,7 +53,7 @@
 #include "blockscan.h"
 #include "queue.h"
 
-/* Block ids a claim's first pass looks at beyond twice the blocks it asks for */
+/* How many block ids past twice those it asks for a claim's first pass reads */
 #define PGQ_CLAIM_WINDOW	16
 
 /*

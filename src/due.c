@@ -50,7 +50,7 @@ static struct
 	TimestampTz since;
 }			my_look;
 
-/* Order due blocks by deadline, then block id: the order claims take them in. */
+/* Order due blocks by deadline, then block id, as claims take them. */
 static int
 compare_due(const void *a, const void *b)
 {

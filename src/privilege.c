@@ -196,7 +196,10 @@ current_caller(void)
 	return OidIsValid(pgq_caller) ? pgq_caller : GetUserId();
 }
 
-/* Does a regrole[] grant something to "role" (directly, by membership, or to PUBLIC)? */
+/*
+ * Does a regrole[] grant something to "role" (directly, by membership, or to
+ * PUBLIC)?
+ */
 static bool
 granted_to(Oid role, Datum grantees)
 {

@@ -22,7 +22,7 @@ typedef enum PgqPrivilege
 	PGQ_PRIV_USE				/* consume or produce */
 } PgqPrivilege;
 
-/* The caller and the user to go back to, while pgq acts as its tables' owner. */
+/* The caller and the user to go back to, while pgq acts as its tables' owner */
 typedef struct PgqScope
 {
 	Oid			save_userid;

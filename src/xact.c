@@ -335,10 +335,10 @@ pgq_xact_remember_pending(const PgqGroupRef *group, int64 position)
 /*
  * Has this transaction written, in SQL, a row of the group that is claimed
  * under a lease or waits for a retry (see pgq_blocks_inflight()), or
- * brought a deadline of a queue's item sooner (pgq_xact_deadline_sooner())?  Then
- * what shared memory knows of the group's deadlines does not cover the
- * transaction's own changes, and what the transaction sees of them is not
- * for others.
+ * brought a deadline of a queue's item sooner
+ * (pgq_xact_deadline_sooner())?  Then what shared memory knows of the
+ * group's deadlines does not cover the transaction's own changes, and what
+ * the transaction sees of them is not for others.
  */
 bool
 pgq_xact_changed_deadlines(int64 group_id)
@@ -514,7 +514,7 @@ pgq_xact_remember_look(const PgqGroupRef *group)
 	add_record(group, 0, PGQ_REC_LOOK);
 }
 
-/* Unlock the session's advisory lock on block_id when this transaction commits. */
+/* At this transaction's commit, let go of the advisory lock on block_id */
 void
 pgq_xact_unlock_at_commit(const PgqGroupRef *group, int64 block_id)
 {
@@ -757,7 +757,10 @@ publish_inflight(void)
 	}
 }
 
-/* Did this transaction (or a live subtransaction) claim block_id in transaction mode? */
+/*
+ * Did this transaction (or a live subtransaction) claim block_id in
+ * transaction mode?
+ */
 bool
 pgq_xact_claimed(int64 block_id)
 {
