@@ -1289,6 +1289,7 @@ pgq_queue_fail(const PgqGroup *group, int64 item_id, FunctionCallInfo fcinfo,
 	{
 		if (!pgq_advisory_holds(&group->ref, item_id))
 			return false;
+		PGQ_INJECTION_POINT("pgq-fail-held");
 		attempt = 0;
 	}
 	else
@@ -1338,9 +1339,16 @@ pgq_queue_fail(const PgqGroup *group, int64 item_id, FunctionCallInfo fcinfo,
 								  "SELECT attempt FROM pgq.items " OWN_ITEM,
 								  fenced ? 3 : 2, argtypes);
 			rc = SPI_execute_plan(tried_plans[which], values, NULL, false, 1);
-
-			if (rc != SPI_OK_SELECT || SPI_processed != 1)
+			if (rc != SPI_OK_SELECT)
+				elog(ERROR, "could not read item: %s",
+					 SPI_result_code_string(rc));
+			if (SPI_processed != 1)
+			{
+				/* gone meanwhile (a drop committed since the check above) */
+				if (group->mode == PGQ_MODE_ADVISORY)
+					pgq_advisory_forget_block(item_id);
 				return false;
+			}
 			tried = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
 												SPI_tuptable->tupdesc, 1,
 												&isnull));
