@@ -77,9 +77,6 @@
 /* Limits on user input. */
 #define PGQ_MAX_KEY_BYTES	1024
 
-/* At most this many due items are moved back to pending by one claim. */
-#define PGQ_PROMOTE_LIMIT	1000
-
 PG_FUNCTION_INFO_V1(pgq_create_queue);
 PG_FUNCTION_INFO_V1(pgq_enqueue);
 PG_FUNCTION_INFO_V1(pgq_enqueue_many);
@@ -743,10 +740,14 @@ due_items_left(const PgqGroup *group, TimestampTz now)
 }
 
 /*
- * Move the queue's due items back to pending: delayed items and retries
- * whose time came, and claims whose lease ran out, which count as a failed
- * attempt and are dead-lettered if that was the last one (handing their
- * ordering keys on, from 0.2).  Items locked by others are left to them.
+ * Move up to "limit" of the queue's due items back to pending, oldest due
+ * first: delayed items and retries whose time came, and claims whose lease
+ * ran out, which count as a failed attempt and are dead-lettered if that
+ * was the last one (handing their ordering keys on, from 0.2).  Items
+ * locked by others are left to them.  The claim asks for as many as it
+ * takes: those it moves and does not take stay hidden from other claims,
+ * locked and pending in this transaction only, until it ends, which may
+ * be long after the claim.
  *
  * With fenced attempt numbers, the claim that follows may take such an item
  * in the row version written here: the claim before it is that of the
@@ -759,7 +760,7 @@ due_items_left(const PgqGroup *group, TimestampTz now)
  * the dead entries of every lease that ended since.
  */
 static void
-promote_due(const PgqGroup *group, TimestampTz now, bool fenced)
+promote_due(const PgqGroup *group, TimestampTz now, bool fenced, int limit)
 {
 	static SPIPlanPtr plans[2] = {NULL, NULL};
 	Datum		values[4];
@@ -813,7 +814,7 @@ promote_due(const PgqGroup *group, TimestampTz now, bool fenced)
 	values[0] = Int64GetDatum(group->ref.group_id);
 	values[1] = TimestampTzGetDatum(now);
 	values[2] = Int32GetDatum(group->max_attempts);
-	values[3] = Int32GetDatum(PGQ_PROMOTE_LIMIT);
+	values[3] = Int32GetDatum(limit);
 	rc = SPI_execute_plan(plans[fenced], values, NULL, false, 0);
 	if (rc != SPI_OK_UPDATE_RETURNING)
 		elog(ERROR, "could not update due items: %s", SPI_result_code_string(rc));
@@ -844,7 +845,7 @@ promote_due(const PgqGroup *group, TimestampTz now, bool fenced)
 	/* this commit finished those: calls waiting for their results wake */
 	if (dead)
 		pgq_xact_wake_at_commit(&group->ref);
-	all = SPI_processed < PGQ_PROMOTE_LIMIT;
+	all = SPI_processed < (uint64) limit;
 	if (fenced)
 	{
 		List	   *finished;
@@ -1025,7 +1026,7 @@ pgq_queue_claim(const PgqGroup *group, int max_items, PgqClaimed *items,
 	if (group->mode == PGQ_MODE_LEASE)
 	{
 		pgq_lease_claim_async();
-		promote_due(group, now, items_fenced());
+		promote_due(group, now, items_fenced(), max_items);
 		n = claim_pending_items(group, max_items,
 								pgq_time_after(now, &group->lease), items, cxt,
 								NULL);
