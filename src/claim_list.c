@@ -262,11 +262,13 @@ probe(ListedGroup *groups, int n)
 /*
  * Ask one group for up to "limit" rows, into blocks[] and their group's
  * index into from[]; as the one-name form would ("apart": in a
- * subtransaction of their own when waiting).
+ * subtransaction of their own when waiting).  *changed is set if the
+ * attempt changed rows besides those it claimed (see
+ * pgq_claim_attempt_changed()).
  */
 static int
 ask(ListedGroup *groups, int i, int limit, bool waiting, PgqClaimed *blocks,
-	int *from, MemoryContext resultcxt)
+	int *from, MemoryContext resultcxt, bool *changed)
 {
 	PgqGroup   *group = &groups[i].group;
 	int			got;
@@ -276,6 +278,8 @@ ask(ListedGroup *groups, int i, int limit, bool waiting, PgqClaimed *blocks,
 		got = pgq_claim_attempt_apart(group, limit, blocks, resultcxt);
 	else
 		got = pgq_claim_attempt(group, limit, blocks, resultcxt);
+	if (pgq_claim_attempt_changed())
+		*changed = true;
 	for (int j = 0; j < got; j++)
 		from[j] = i;
 	return got;
@@ -284,11 +288,13 @@ ask(ListedGroup *groups, int i, int limit, bool waiting, PgqClaimed *blocks,
 /*
  * One look over the list: claim up to max_blocks rows, fairly (see the top
  * of the file).  Returns how many; blocks[] and from[] get them, group by
- * group in the order asked.
+ * group in the order asked.  *changed is set if an attempt changed rows
+ * besides those it claimed: a waiting claim then ends, as the one-name
+ * form does.
  */
 static int
 look(ListedGroup *groups, int n, int max_blocks, bool waiting,
-	 PgqClaimed *blocks, int *from, MemoryContext resultcxt)
+	 PgqClaimed *blocks, int *from, MemoryContext resultcxt, bool *changed)
 {
 	int			start = -1;
 	int			with_work = 0;
@@ -320,7 +326,7 @@ look(ListedGroup *groups, int n, int max_blocks, bool waiting,
 		g->share = (max_blocks - got + with_work - 1) / with_work;
 		with_work--;
 		g->gave = ask(groups, i, g->share, waiting, blocks + got, from + got,
-					  resultcxt);
+					  resultcxt, changed);
 		got += g->gave;
 		if (g->gave > 0)
 			last = i;
@@ -337,7 +343,7 @@ look(ListedGroup *groups, int n, int max_blocks, bool waiting,
 		if (!g->has_work || g->share == 0 || g->gave < g->share)
 			continue;
 		got += ask(groups, i, max_blocks - got, waiting, blocks + got,
-				   from + got, resultcxt);
+				   from + got, resultcxt, changed);
 	}
 	return got;
 }
@@ -534,6 +540,7 @@ pgq_claim_list(PG_FUNCTION_ARGS)
 	for (int pass = 0;; pass++)
 	{
 		int			waiting_on;
+		bool		changed = false;
 		bool		done;
 
 		/* each look after a wake-up has an SPI connection of its own */
@@ -545,8 +552,8 @@ pgq_claim_list(PG_FUNCTION_ARGS)
 		waiting_on = wait_refs(groups, n, refs, gens);
 		if (waiting_on > 0)
 			nblocks = look(groups, n, max_blocks, deadline != 0, blocks, from,
-						   resultcxt);
-		done = nblocks > 0 || deadline == 0 || waiting_on == 0 ||
+						   resultcxt, &changed);
+		done = nblocks > 0 || deadline == 0 || waiting_on == 0 || changed ||
 			all_exhausted(groups, n);
 		if (pass > 0)
 			SPI_finish();
