@@ -641,17 +641,27 @@ pgq_claim(PG_FUNCTION_ARGS)
 		 * times must not keep what every look allocated.
 		 */
 		if (look > 0)
-		{
 			SPI_connect();
+
+		/*
+		 * The wake-up count before the group's state: a resume that commits
+		 * after the state was read, which an attempt of a paused group does
+		 * not see, wakes the claim.  (Work made claimable otherwise is seen
+		 * by the attempt's own reads, which come later.)
+		 */
+		seen = pgq_wait_generation(&group.ref);
+		if (look > 0 || group.paused)
+		{
 			/* a pause, a resume or a failure may have come with the wake-up */
 			pgq_refresh_group(&group);
 			if (group.state == PGQ_GROUP_FAILED)
 			{
-				SPI_finish();
+				if (look > 0)
+					SPI_finish();
 				break;
 			}
 		}
-		seen = pgq_wait_generation(&group.ref);
+		PGQ_INJECTION_POINT("pgq-claim-state-read");
 		if (deadline != 0 && pgq_claim_locks_rows(&group))
 			nblocks = pgq_claim_attempt_apart(&group, max_blocks, blocks,
 											  resultcxt);

@@ -414,10 +414,12 @@ all_exhausted(ListedGroup *groups, int n)
 
 /*
  * The references of the groups still in the list, and their wake-up counts
- * from now on, for pgq_wait_for_any().  Returns how many.
+ * read before their states (seen[], one per group of the list), for
+ * pgq_wait_for_any().  Returns how many.
  */
 static int
-wait_refs(ListedGroup *groups, int n, PgqGroupRef *refs, uint64 *gens)
+wait_refs(ListedGroup *groups, int n, const uint64 *seen, PgqGroupRef *refs,
+		  uint64 *gens)
 {
 	int			m = 0;
 
@@ -426,7 +428,7 @@ wait_refs(ListedGroup *groups, int n, PgqGroupRef *refs, uint64 *gens)
 		if (groups[i].gone)
 			continue;
 		refs[m] = groups[i].group.ref;
-		gens[m] = pgq_wait_generation(&refs[m]);
+		gens[m] = seen[i];
 		m++;
 	}
 	return m;
@@ -452,6 +454,7 @@ pgq_claim_list(PG_FUNCTION_ARGS)
 	int32		max_blocks;
 	ListedGroup *groups;
 	PgqGroupRef *refs;
+	uint64	   *seen;
 	uint64	   *gens;
 	PgqClaimed *blocks;
 	int		   *from;
@@ -472,6 +475,7 @@ pgq_claim_list(PG_FUNCTION_ARGS)
 	from = palloc(max_blocks * sizeof(int));
 	groups = palloc0(n * sizeof(ListedGroup));
 	refs = palloc(n * sizeof(PgqGroupRef));
+	seen = palloc(n * sizeof(uint64));
 	gens = palloc(n * sizeof(uint64));
 
 	pgq_enter(&scope);
@@ -541,15 +545,27 @@ pgq_claim_list(PG_FUNCTION_ARGS)
 	{
 		int			waiting_on;
 		bool		changed = false;
+		bool		paused = false;
 		bool		done;
 
 		/* each look after a wake-up has an SPI connection of its own */
 		if (pass > 0)
-		{
 			SPI_connect();
-			refresh(groups, n);
+
+		/*
+		 * The wake-up counts before the groups' states, as the one-name form
+		 * reads them: a resume that commits after the states were read wakes
+		 * the claim.
+		 */
+		for (int i = 0; i < n; i++)
+		{
+			seen[i] = pgq_wait_generation(&groups[i].group.ref);
+			paused |= groups[i].group.paused;
 		}
-		waiting_on = wait_refs(groups, n, refs, gens);
+		if (pass > 0 || paused)
+			refresh(groups, n);
+		PGQ_INJECTION_POINT("pgq-claim-state-read");
+		waiting_on = wait_refs(groups, n, seen, refs, gens);
 		if (waiting_on > 0)
 			nblocks = look(groups, n, max_blocks, deadline != 0, blocks, from,
 						   resultcxt, &changed);
