@@ -18,7 +18,7 @@ REGRESS_OPTS = --temp-instance=tmp_check_regress \
 	--temp-config=$(srcdir)/test/pgq.conf --load-extension=pgq
 
 # isolation specs live under test/isolation
-ISOLATION = create_race claim_race claim_drop drop_abort advisory_race advisory_complete lease_expiry wait_wakeup queue_keys queue_claims queue_lease queue_drop reinstall_cache index_cache group_cache_snapshot reinstall_advisory retry_hint roles_locks due_own_look fixes_channel_race cron_params_race item_key item_many_lease full_scan_own results_wait key_retention claim_list_wait ordering_race claim_abort_wake wait_hand_lock_below_hint advisory_queue_race advisory_queue_ordering advisory_queue_wait advisory_queue_drop lease_due_abort_wake advisory_item_unseen due_look_abort_wake retry_wait_no_hint advisory_own_wait advisory_retry_own advisory_due_held advisory_own_due_wait advisory_due_window advisory_due_spin lease_due_window lease_extend_abort_wake queue_extend_abort_wake queue_late_extend_lock queue_late_extend_wake lease_late_extend_wake queue_purge_retry_wake lease_purge_retry_lock queue_xact_result_wake queue_expiry_result_wake queue_promote_hidden
+ISOLATION = create_race claim_race claim_drop drop_abort advisory_race advisory_complete lease_expiry wait_wakeup queue_keys queue_claims queue_lease queue_drop reinstall_cache index_cache group_cache_snapshot reinstall_advisory retry_hint roles_locks due_own_look fixes_channel_race cron_params_race item_key item_many_lease full_scan_own results_wait key_retention claim_list_wait ordering_race claim_abort_wake wait_hand_lock_below_hint advisory_queue_race advisory_queue_ordering advisory_queue_wait advisory_queue_drop lease_due_abort_wake advisory_item_unseen due_look_abort_wake retry_wait_no_hint advisory_own_wait advisory_retry_own advisory_due_held advisory_own_due_wait advisory_due_window advisory_due_spin lease_due_window lease_extend_abort_wake queue_extend_abort_wake queue_late_extend_lock queue_late_extend_wake lease_late_extend_wake queue_purge_retry_wake lease_purge_retry_lock queue_xact_result_wake queue_expiry_result_wake queue_promote_hidden wait_dead_letter_lock
 ISOLATION_OPTS = --temp-instance=tmp_check_iso \
 	--temp-config=$(srcdir)/test/pgq.conf --load-extension=pgq \
 	--inputdir=$(srcdir)/test/isolation \
@@ -29,7 +29,7 @@ ISOLATION_OPTS = --temp-instance=tmp_check_iso \
 # only servers built with --enable-injection-points (17 and later) run them,
 # with make installcheck-injection (test/run-tests.sh does where it can)
 ISOLATION_INJECTION = claim_count_ahead claim_stale_wake claim_owed_wake claim_abort_hint advisory_gone_count due_look_forget claim_stats_scan retry_missed_wake \
-	claim_exhausted_window advisory_fail_gone
+	claim_exhausted_window advisory_fail_gone claim_resume_wake
 ISOLATION_INJECTION_OPTS = --temp-instance=tmp_check_inj \
 	--temp-config=$(srcdir)/test/pgq.conf --load-extension=pgq \
 	--load-extension=injection_points \

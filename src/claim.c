@@ -418,11 +418,24 @@ pgq_claim_changed_more(void)
 	attempt_changed_more = true;
 }
 
+/*
+ * Did the last claim attempt change rows besides those it claimed?  A
+ * waiting claim whose attempt did so, and claimed nothing, ends rather than
+ * sleeps: its transaction must commit those changes (see
+ * pgq_claim_attempt_apart()).
+ */
+bool
+pgq_claim_attempt_changed(void)
+{
+	return attempt_changed_more;
+}
+
 /* One attempt to claim up to max_blocks blocks or items of the group. */
 int
 pgq_claim_attempt(PgqGroup *group, int max_blocks, PgqClaimed *blocks,
 				  MemoryContext resultcxt)
 {
+	attempt_changed_more = false;
 	/* a paused group hands out nothing; a waiting claim waits on */
 	if (group->paused)
 		return 0;
@@ -464,7 +477,11 @@ pgq_claim_locks_rows(const PgqGroup *group)
  * for the whole wait.  The rollback lets go of such locks before the sleep.
  * An attempt that changed other rows (dead-lettered a block, moved due
  * items back) is kept instead: that is rare, and undoing it would leave the
- * group waiting for it.
+ * group waiting for it.  Kept, it must not sleep either: the rows it
+ * changed stay locked, and their changes unseen, until its transaction
+ * ends, and a late holder's complete or extend would wait for the whole
+ * wait.  So such an attempt that claimed nothing ends the claim
+ * (pgq_claim_attempt_changed()).
  *
  * An error rolls the subtransaction back here before it goes on, as
  * PL/pgSQL's exception blocks do: left open, it would be the one that the
@@ -480,7 +497,6 @@ pgq_claim_attempt_apart(PgqGroup *group, int max_blocks,
 
 	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(oldcxt);
-	attempt_changed_more = false;
 	PG_TRY();
 	{
 		n = pgq_claim_attempt(group, max_blocks, blocks, resultcxt);
@@ -608,8 +624,9 @@ pgq_claim(PG_FUNCTION_ARGS)
 
 	/*
 	 * Claim; if nothing came and the caller wants to wait, sleep until woken
-	 * and claim again, until a block comes, the group can yield no more, or
-	 * the time is up.
+	 * and claim again, until a block comes, the group can yield no more, an
+	 * attempt changed rows that its transaction must commit, or the time is
+	 * up.
 	 */
 	if (group.mode == PGQ_MODE_LEASE)
 		pgq_lease_claim_async();	/* here, not in an attempt's subtransaction */
@@ -624,24 +641,35 @@ pgq_claim(PG_FUNCTION_ARGS)
 		 * times must not keep what every look allocated.
 		 */
 		if (look > 0)
-		{
 			SPI_connect();
+
+		/*
+		 * The wake-up count before the group's state: a resume that commits
+		 * after the state was read, which an attempt of a paused group does
+		 * not see, wakes the claim.  (Work made claimable otherwise is seen
+		 * by the attempt's own reads, which come later.)
+		 */
+		seen = pgq_wait_generation(&group.ref);
+		if (look > 0 || group.paused)
+		{
 			/* a pause, a resume or a failure may have come with the wake-up */
 			pgq_refresh_group(&group);
 			if (group.state == PGQ_GROUP_FAILED)
 			{
-				SPI_finish();
+				if (look > 0)
+					SPI_finish();
 				break;
 			}
 		}
-		seen = pgq_wait_generation(&group.ref);
+		PGQ_INJECTION_POINT("pgq-claim-state-read");
 		if (deadline != 0 && pgq_claim_locks_rows(&group))
 			nblocks = pgq_claim_attempt_apart(&group, max_blocks, blocks,
 											  resultcxt);
 		else
 			nblocks = pgq_claim_attempt(&group, max_blocks, blocks,
 										resultcxt);
-		done = nblocks > 0 || deadline == 0 || pgq_group_exhausted(&group);
+		done = nblocks > 0 || deadline == 0 ||
+			pgq_claim_attempt_changed() || pgq_group_exhausted(&group);
 		if (look > 0)
 			SPI_finish();
 		if (done || !pgq_wait_for_wakeup(&group.ref, deadline, seen))

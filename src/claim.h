@@ -33,6 +33,7 @@ typedef struct PgqClaimed
 extern bool pgq_claim_hint(const PgqGroupRef *group, int64 *hint,
 						   uint64 *gen);
 extern void pgq_claim_changed_more(void);
+extern bool pgq_claim_attempt_changed(void);
 extern TimestampTz pgq_wait_deadline(Interval *wait);
 extern int	pgq_compare_claimed(const void *a, const void *b);
 

@@ -262,11 +262,13 @@ probe(ListedGroup *groups, int n)
 /*
  * Ask one group for up to "limit" rows, into blocks[] and their group's
  * index into from[]; as the one-name form would ("apart": in a
- * subtransaction of their own when waiting).
+ * subtransaction of their own when waiting).  *changed is set if the
+ * attempt changed rows besides those it claimed (see
+ * pgq_claim_attempt_changed()).
  */
 static int
 ask(ListedGroup *groups, int i, int limit, bool waiting, PgqClaimed *blocks,
-	int *from, MemoryContext resultcxt)
+	int *from, MemoryContext resultcxt, bool *changed)
 {
 	PgqGroup   *group = &groups[i].group;
 	int			got;
@@ -276,6 +278,8 @@ ask(ListedGroup *groups, int i, int limit, bool waiting, PgqClaimed *blocks,
 		got = pgq_claim_attempt_apart(group, limit, blocks, resultcxt);
 	else
 		got = pgq_claim_attempt(group, limit, blocks, resultcxt);
+	if (pgq_claim_attempt_changed())
+		*changed = true;
 	for (int j = 0; j < got; j++)
 		from[j] = i;
 	return got;
@@ -284,11 +288,13 @@ ask(ListedGroup *groups, int i, int limit, bool waiting, PgqClaimed *blocks,
 /*
  * One look over the list: claim up to max_blocks rows, fairly (see the top
  * of the file).  Returns how many; blocks[] and from[] get them, group by
- * group in the order asked.
+ * group in the order asked.  *changed is set if an attempt changed rows
+ * besides those it claimed: a waiting claim then ends, as the one-name
+ * form does.
  */
 static int
 look(ListedGroup *groups, int n, int max_blocks, bool waiting,
-	 PgqClaimed *blocks, int *from, MemoryContext resultcxt)
+	 PgqClaimed *blocks, int *from, MemoryContext resultcxt, bool *changed)
 {
 	int			start = -1;
 	int			with_work = 0;
@@ -320,7 +326,7 @@ look(ListedGroup *groups, int n, int max_blocks, bool waiting,
 		g->share = (max_blocks - got + with_work - 1) / with_work;
 		with_work--;
 		g->gave = ask(groups, i, g->share, waiting, blocks + got, from + got,
-					  resultcxt);
+					  resultcxt, changed);
 		got += g->gave;
 		if (g->gave > 0)
 			last = i;
@@ -337,7 +343,7 @@ look(ListedGroup *groups, int n, int max_blocks, bool waiting,
 		if (!g->has_work || g->share == 0 || g->gave < g->share)
 			continue;
 		got += ask(groups, i, max_blocks - got, waiting, blocks + got,
-				   from + got, resultcxt);
+				   from + got, resultcxt, changed);
 	}
 	return got;
 }
@@ -408,10 +414,12 @@ all_exhausted(ListedGroup *groups, int n)
 
 /*
  * The references of the groups still in the list, and their wake-up counts
- * from now on, for pgq_wait_for_any().  Returns how many.
+ * read before their states (seen[], one per group of the list), for
+ * pgq_wait_for_any().  Returns how many.
  */
 static int
-wait_refs(ListedGroup *groups, int n, PgqGroupRef *refs, uint64 *gens)
+wait_refs(ListedGroup *groups, int n, const uint64 *seen, PgqGroupRef *refs,
+		  uint64 *gens)
 {
 	int			m = 0;
 
@@ -420,7 +428,7 @@ wait_refs(ListedGroup *groups, int n, PgqGroupRef *refs, uint64 *gens)
 		if (groups[i].gone)
 			continue;
 		refs[m] = groups[i].group.ref;
-		gens[m] = pgq_wait_generation(&refs[m]);
+		gens[m] = seen[i];
 		m++;
 	}
 	return m;
@@ -446,6 +454,7 @@ pgq_claim_list(PG_FUNCTION_ARGS)
 	int32		max_blocks;
 	ListedGroup *groups;
 	PgqGroupRef *refs;
+	uint64	   *seen;
 	uint64	   *gens;
 	PgqClaimed *blocks;
 	int		   *from;
@@ -466,6 +475,7 @@ pgq_claim_list(PG_FUNCTION_ARGS)
 	from = palloc(max_blocks * sizeof(int));
 	groups = palloc0(n * sizeof(ListedGroup));
 	refs = palloc(n * sizeof(PgqGroupRef));
+	seen = palloc(n * sizeof(uint64));
 	gens = palloc(n * sizeof(uint64));
 
 	pgq_enter(&scope);
@@ -534,19 +544,32 @@ pgq_claim_list(PG_FUNCTION_ARGS)
 	for (int pass = 0;; pass++)
 	{
 		int			waiting_on;
+		bool		changed = false;
+		bool		paused = false;
 		bool		done;
 
 		/* each look after a wake-up has an SPI connection of its own */
 		if (pass > 0)
-		{
 			SPI_connect();
-			refresh(groups, n);
+
+		/*
+		 * The wake-up counts before the groups' states, as the one-name form
+		 * reads them: a resume that commits after the states were read wakes
+		 * the claim.
+		 */
+		for (int i = 0; i < n; i++)
+		{
+			seen[i] = pgq_wait_generation(&groups[i].group.ref);
+			paused |= groups[i].group.paused;
 		}
-		waiting_on = wait_refs(groups, n, refs, gens);
+		if (pass > 0 || paused)
+			refresh(groups, n);
+		PGQ_INJECTION_POINT("pgq-claim-state-read");
+		waiting_on = wait_refs(groups, n, seen, refs, gens);
 		if (waiting_on > 0)
 			nblocks = look(groups, n, max_blocks, deadline != 0, blocks, from,
-						   resultcxt);
-		done = nblocks > 0 || deadline == 0 || waiting_on == 0 ||
+						   resultcxt, &changed);
+		done = nblocks > 0 || deadline == 0 || waiting_on == 0 || changed ||
 			all_exhausted(groups, n);
 		if (pass > 0)
 			SPI_finish();
