@@ -1551,6 +1551,7 @@ pgq_complete_many(PG_FUNCTION_ARGS)
 	PgqArrayArg	results;
 	int64	   *done;
 	int			ndone = 0;
+	int			nitems;			/* the items completed, sorted, first in done */
 	int			nrest = 0;
 	bool		blocks_first;
 	PgqGroup	group;
@@ -1593,13 +1594,14 @@ pgq_complete_many(PG_FUNCTION_ARGS)
 	 * keep their places at the front of the arrays, for complete_items().
 	 */
 	qsort(done, ndone, sizeof(int64), pgq_compare_int64);
+	nitems = ndone;
 	for (int i = 0; i < ids.n; i++)
 	{
 		int64		id = DatumGetInt64(ids.values[i]);
 
 		CHECK_FOR_INTERRUPTS();
 		if (!blocks_first &&
-			bsearch(&id, done, ndone, sizeof(int64), pgq_compare_int64) != NULL)
+			bsearch(&id, done, nitems, sizeof(int64), pgq_compare_int64) != NULL)
 			continue;			/* an item, completed */
 		if (!pgq_lookup_block(id, &group))
 		{
