@@ -291,7 +291,9 @@ pgq_refresh_group(PgqGroup *group)
  * after the raise (C1).  So, should nothing be found, the count is read
  * again, then the bound: a claim still counted, or a bound that moved,
  * may be one whose leases the walk missed, and the group is not taken for
- * exhausted.
+ * exhausted.  The count is read again as a waiting claim reads it (C3): a
+ * claim that it keeps asleep only by what a scan counted ahead since the
+ * first read is owed the wake that the scan's end gives.
  *
  * Pending blocks are looked for through the primary key, from the hint on
  * and, should that find none, from the start (see below): the range is a
@@ -396,7 +398,8 @@ pgq_group_exhausted(PgqGroup *group)
 	/* the count again, then the bound: see above */
 	if (exhausted && group->mode != PGQ_MODE_TRANSACTION)
 	{
-		if (!pgq_claimed_get(&group->ref, true, &claimed) || claimed > own)
+		if (!pgq_claimed_get_waiting(&group->ref, own, &claimed) ||
+			claimed > own)
 			exhausted = false;
 		else if (pgq_block_due_bound(&group->ref) != bound)
 			exhausted = false;
