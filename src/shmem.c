@@ -118,9 +118,9 @@ typedef struct PgqGroupKey
  *		as C2 says).  A scan for pending blocks adds the most it may take
  *		to "scanning" when it finds its first candidate, and when it ends
  *		takes that back and adds what it took to "claimed"
- *		(pgq_xact_claiming_count()); advisory mode's due blocks and
- *		pgq.relock take one block as such a scan; so are lease mode's due
- *		blocks (claim_due()), and pending items of every mode taken.  The
+ *		(pgq_xact_claiming_count()).  Pending items of every mode are
+ *		counted so too, and advisory mode's due blocks, pgq.relock's block
+ *		and lease mode's due blocks (claim_due()) each as a scan of one.  The
  *		retries of transaction-mode queues that came due are counted right
  *		after they are taken: a queue is never taken for exhausted.
  *	C2	Claims made while their group had no entry (the table was full)
@@ -180,13 +180,14 @@ typedef struct PgqGroupKey
  *	D1 has exceptions, each seen within PGQ_DUE_TRUST by claims (the
  *	maintenance worker trusts a record until its time): a deadline brought
  *	sooner by a prepared transaction's commit or by SQL with the trigger
- *	disabled, and a look that recorded after a later one.  A lease-mode
- *	queue's look (promote_due() in queue.c) holds D1 to D4 with items for
- *	blocks, except that it sees no deadline beyond its time: it records
- *	none due for PGQ_DUE_TRUST (lease claims lower that at commit as for
- *	blocks), and a delayed item or a retry that comes due within that time
- *	is moved back to pending up to that much later.  What brings an
- *	item's deadline sooner forgets at commit: SQL, through the trigger
+ *	disabled, and a look that recorded after another one did (see
+ *	pgq_due_found()).  A lease-mode queue's look (promote_due() in
+ *	queue.c) holds D1 to D4 with items for blocks, except that it sees no
+ *	deadline beyond its time: it records none due for PGQ_DUE_TRUST (lease
+ *	claims lower that at commit as for blocks), and a delayed item or a
+ *	retry that comes due within that time is moved back to pending up to
+ *	that much later.  What brings an item's deadline sooner forgets at
+ *	commit: SQL, through the trigger
  *	pgq.items_inflight (a fail, an ordering key handed on to a retry), and
  *	a delayed enqueue, which writes without SQL.  A look that saw
  *	its transaction's own writes is forgotten if the transaction aborts
@@ -204,7 +205,10 @@ typedef struct PgqGroupKey
  *		raise; the claim is counted until after it (C1), which is how
  *		pgq_group_exhausted() learns that its walk may have missed a lease.
  *		(SQL's raise is counted by nothing: a block leased by hand may be
- *		missed so for as long as its commit takes.)
+ *		missed so for as long as its commit takes.)  A walk whose snapshot
+ *		is older than the walk that learned the bound may see above it a
+ *		version since deleted or dead-lettered: blocks leave 'c' and 'r' no
+ *		other way, so that version never comes due.
  *		SQL run while the trigger was missing or disabled raised nothing:
  *		the epoch then differs, and the next look walks the whole group.
  *	B2	"inflight_gen" is unique to each making of the entry: a walk of the
@@ -694,11 +698,12 @@ pgq_due_none(const PgqGroupRef *group, TimestampTz now, uint64 *gen)
  * found no block due before "earliest" (DT_NOEND: none at all).  If that is
  * later than "now", remember it, unless the deadlines were forgotten
  * meanwhile.  Leases committed meanwhile may not be in the look's snapshot:
- * remember the earliest of them if it comes first.  (Looks may overlap: one
- * that records after another that began later may miss a lease committed
- * after its own snapshot was taken and before the other recorded, whose
- * lowering that record took.  Such a lease is seen once the record is
- * PGQ_DUE_TRUST old.)
+ * remember the earliest of them if it comes first.  (Looks may overlap, one
+ * beginning when another is PGQ_DUE_TRUST old: one that records after the
+ * other did, whichever began first, may miss a lease committed after its
+ * own snapshot was taken and before the other recorded, whose lowering
+ * that record took.  Such a lease is seen once the record is PGQ_DUE_TRUST
+ * old.)
  * (Keeps D1 through D4.)
  */
 void
@@ -1011,7 +1016,7 @@ mark_unsure(const PgqGroupRef *group)
  * was not counted in its group's entry (it got none then) is taken off the
  * uncounted ones, once an entry made since has counted too few (C2).  A
  * block given up that is claimable again is taken out of the count after
- * pgq_hint_lower() (see "claimed" above).  Returns true if the waiting
+ * pgq_hint_lower() (C1).  Returns true if the waiting
  * claims must look again: the count fell to what the waiting claims hold
  * themselves, or is not kept (C3).  Safe in transaction callbacks when
  * delta < 0: it allocates nothing and cannot fail.

@@ -6,9 +6,10 @@
  * A waiting claim sleeps on one of a fixed array of condition variables in
  * shared memory, chosen by hashing (database, group).  Whatever may have made
  * a block of the group claimable, or the group unable to yield another one,
- * broadcasts on it: the end of a transaction that claimed, completed,
- * released, failed or dropped (from the transaction callbacks, once the
- * change is visible), and an advisory release, at once.  The waiter then
+ * broadcasts on it: the end of a transaction that completed, released,
+ * failed or dropped, or that claimed when C3 in shmem.c says so (from the
+ * transaction callbacks, once the change is visible), and an advisory
+ * release, at once.  The waiter then
  * claims again with a fresh snapshot.  A recheck interval is the safety net
  * for what no transaction announces: a lease running out, a retry coming
  * due.  Broadcasting allocates nothing and cannot fail, as transaction

@@ -287,10 +287,11 @@ pgq_xact_remember_lease_items(const PgqGroupRef *group,
  * (pgq.retry() of a dead-lettered block).  Claims find the block only once
  * the hint is at or below it, and the hint may move there only once the
  * block is visible: at commit (a claim that ran meanwhile could move the
- * hint past it again).  Until the transaction ends the block counts as
- * claimed, so that waiting claims do not take the group for exhausted while
- * the retry may still make a block claimable, nor before the hint is
- * lowered (invariant C1 in shmem.c).
+ * hint past it again).  From here until the transaction ends the block
+ * counts as claimed, so that waiting claims do not take the group for
+ * exhausted while the retry may still make a block claimable, nor before
+ * the hint is lowered (invariant C1 in shmem.c).  (One that read the count
+ * before saw the group as it was before the retry, which is still true.)
  */
 void
 pgq_xact_remember_retry(const PgqGroupRef *group, int64 block_id)
@@ -1101,8 +1102,10 @@ pgq_xact_callback(XactEvent event, void *arg)
  * An aborting subtransaction at nest level "level", whose records start at
  * index "first", wrote nothing itself: its looks for due blocks saw only
  * the writes of its parents, which still stand, so they become the
- * parent's (a waiting claim's attempt that claimed nothing is rolled back
- * like this, and must not forget what its look found, nor wake anyone).
+ * parent's (a waiting claim's attempt that claimed nothing and locked no
+ * row is rolled back like this, and must not forget what its look found,
+ * nor wake anyone; one that locked a row has a transaction id of its own,
+ * and its looks are forgotten with it, which costs a look).
  * They move ahead of the records to settle; returns where those now begin.
  * Allocates nothing and cannot fail.
  */
