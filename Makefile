@@ -30,7 +30,7 @@ ISOLATION_OPTS = --temp-instance=tmp_check_iso \
 # with make installcheck-injection (test/run-tests.sh does where it can)
 ISOLATION_INJECTION = claim_count_ahead claim_stale_wake claim_owed_wake claim_abort_hint advisory_gone_count due_look_forget claim_stats_scan retry_missed_wake \
 	claim_exhausted_window advisory_fail_gone claim_resume_wake \
-	claim_exhausted_owed
+	claim_exhausted_owed queue_promote_wake
 ISOLATION_INJECTION_OPTS = --temp-instance=tmp_check_inj \
 	--temp-config=$(srcdir)/test/pgq.conf --load-extension=pgq \
 	--load-extension=injection_points \

@@ -747,7 +747,8 @@ due_items_left(const PgqGroup *group, TimestampTz now)
  * locked by others are left to them.  The claim asks for as many as it
  * takes: those it moves and does not take stay hidden from other claims,
  * locked and pending in this transaction only, until it ends, which may
- * be long after the claim.
+ * be long after the claim.  Due items it leaves past the limit wake the
+ * group's waiting claims at once, as claim_due() in lease.c does.
  *
  * With fenced attempt numbers, the claim that follows may take such an item
  * in the row version written here: the claim before it is that of the
@@ -857,8 +858,18 @@ promote_due(const PgqGroup *group, TimestampTz now, bool fenced, int limit)
 	}
 	else
 		SPI_freetuptable(SPI_tuptable);
+	PGQ_INJECTION_POINT("pgq-promote-moved");
 	pgq_item_due_looked(&group->ref, due_gen, now,
 						all && !due_items_left(group, now));
+
+	/*
+	 * Stopped at the limit: due items may be left, which the waiting claims
+	 * that left the look to this one (D4 in shmem.c) must take now, not
+	 * when this transaction ends.  (Not when it moved every item it could
+	 * lock: the rest are locked, and their holders' ends wake the waiters.)
+	 */
+	if (!all)
+		pgq_wake_group(&group->ref);
 }
 
 /* qsort comparator: claimed items in claim order */

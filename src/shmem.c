@@ -119,8 +119,8 @@ typedef struct PgqGroupKey
  *		to "scanning" when it finds its first candidate, and when it ends
  *		takes that back and adds what it took to "claimed"
  *		(pgq_xact_claiming_count()).  Pending items of every mode are
- *		counted so too, and advisory mode's due blocks, pgq.relock's block
- *		and lease mode's due blocks (claim_due()) each as a scan of one.  The
+ *		counted so too, and lease mode's due blocks (claim_due()); advisory
+ *		mode's due blocks and pgq.relock's block each as a scan of one.  The
  *		retries of transaction-mode queues that came due are counted right
  *		after they are taken: a queue is never taken for exhausted.
  *	C2	Claims made while their group had no entry (the table was full)

@@ -7,9 +7,10 @@
  * shared memory, chosen by hashing (database, group).  Whatever may have made
  * a block of the group claimable, or the group unable to yield another one,
  * broadcasts on it: the end of a transaction that completed, released,
- * failed or dropped, or that claimed when C3 in shmem.c says so (from the
- * transaction callbacks, once the change is visible), and an advisory
- * release, at once.  The waiter then
+ * failed, retried, made work pending or dropped, the abort of one that
+ * claimed, and the commit of one that claimed when C3 in shmem.c says so
+ * (from the transaction callbacks, once the change is visible), and an
+ * advisory release, at once.  The waiter then
  * claims again with a fresh snapshot.  A recheck interval is the safety net
  * for what no transaction announces: a lease running out, a retry coming
  * due.  Broadcasting allocates nothing and cannot fail, as transaction
