@@ -10,11 +10,10 @@
  * failed, retried, made work pending or dropped, the abort of one that
  * claimed, and the commit of one that claimed when C3 in shmem.c says so
  * (from the transaction callbacks, once the change is visible), and an
- * advisory release, at once.  The waiter then
- * claims again with a fresh snapshot.  A recheck interval is the safety net
- * for what no transaction announces: a lease running out, a retry coming
- * due.  Broadcasting allocates nothing and cannot fail, as transaction
- * callbacks require.
+ * advisory release, at once.  The waiter then claims again with a fresh
+ * snapshot.  A recheck interval is the safety net for what no transaction
+ * announces: a lease running out, a retry coming due.  Broadcasting
+ * allocates nothing and cannot fail, as transaction callbacks require.
  *
  * A claim over several groups (pgq.claim(text[])) cannot sleep on several
  * condition variables at once: it sleeps on one of a second, smaller array,
