@@ -48,6 +48,32 @@ SELECT c.payload->>'n' AS got FROM pgq.claim('pd2', 2) c ORDER BY 1;
 SELECT payload->>'n' AS n, state FROM pgq.items
 WHERE group_id = (SELECT group_id FROM pgq.groups WHERE group_name = 'pd2')
 ORDER BY 1;
+-- Items that a dead-lettered item's ordering key is handed on to are
+-- pending in the claim's transaction, and hidden from other claims until
+-- it ends, as the due items it moves are: they count as made pending, so
+-- that a claim does not go on to dead-letter more heads and hand their
+-- keys on too.  Items 1 (key k1) and 2 (key k2) ran out of attempts, 3 (k1)
+-- and 4 (k2) wait behind them: a claim of one in an open transaction
+-- dead-letters item 1 and takes item 3, and leaves item 2 running, for
+-- the next claim.
+SELECT pgq.create_queue('pdk', max_attempts => 1);
+SELECT pgq.enqueue('pdk', jsonb_build_object('n', n),
+                   ordering_key => 'k' || n) > 0 AS enqueued
+FROM generate_series(1, 2) n;
+SELECT count(*) AS taken FROM pgq.claim('pdk', 2);
+SELECT pgq.enqueue('pdk', jsonb_build_object('n', n),
+                   ordering_key => 'k' || (n - 2)) > 0 AS enqueued
+FROM generate_series(3, 4) n;
+UPDATE pgq.items SET due_at = now() - (10 - (payload->>'n')::int) * interval '1 s'
+WHERE group_id = (SELECT group_id FROM pgq.groups WHERE group_name = 'pdk')
+  AND state = 'c';
+BEGIN;
+SELECT c.payload->>'n' AS got FROM pgq.claim('pdk', 1) c;
+SELECT payload->>'n' AS n, state FROM pgq.items
+WHERE group_id = (SELECT group_id FROM pgq.groups WHERE group_name = 'pdk')
+ORDER BY 1;
+COMMIT;
 SELECT pgq.drop_group('pdq');
 SELECT pgq.drop_group('pdw');
 SELECT pgq.drop_group('pd2');
+SELECT pgq.drop_group('pdk');

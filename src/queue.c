@@ -756,7 +756,8 @@ due_items_left(const PgqGroup *group, TimestampTz now)
  * be long after the claim.  Items dead-lettered do not count: a claim
  * whose oldest due items ran out of attempts goes on to those behind them
  * (dead-lettering at most PGQ_PROMOTE_DEAD_LIMIT more than it asks for),
- * rather than come back empty while an item is due.
+ * rather than come back empty while an item is due; the items that their
+ * ordering keys are handed on to count as made pending.
  *
  * With fenced attempt numbers, the claim that follows may take such an item
  * in the row version written here: the claim before it is that of the
@@ -774,7 +775,7 @@ promote_due(const PgqGroup *group, TimestampTz now, bool fenced, int limit)
 	static SPIPlanPtr plans[2] = {NULL, NULL};
 	Datum		values[4];
 	int64		pending = PG_INT64_MAX; /* the first place made pending */
-	int			moved = 0;		/* items made pending */
+	int			moved = 0;		/* items made pending, or handed on */
 	int			ndead = 0;		/* items dead-lettered */
 	uint64		due_gen;
 	bool		all;			/* moved every item due it could lock */
@@ -869,7 +870,8 @@ promote_due(const PgqGroup *group, TimestampTz now, bool fenced, int limit)
 			pgq_events_note_rows(&group->ref, 2, 0, 3, 0);
 			finished = pgq_ordering_finished_keys(3, 4);
 			SPI_freetuptable(SPI_tuptable);
-			pgq_ordering_hand_on(group, finished);
+			/* the items handed on are pending in this transaction too */
+			moved += pgq_ordering_hand_on(group, finished);
 		}
 		else
 			SPI_freetuptable(SPI_tuptable);
