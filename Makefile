@@ -13,7 +13,7 @@ PG_CONFIG ?= pg_config
 override PG_CFLAGS += -Wno-unused-parameter -Wno-missing-field-initializers
 
 # pg_regress: a throwaway instance with pgq preloaded
-REGRESS = create_group claim hint security bad_input lease advisory modes_bad_input notify queue privileges admin direct_access reinstall subxact xact_refuse owner roles traps_result traps_query traps_fail_data fixes_caller looks cron_params item_lookup item_many finished retention claim_list ordering advisory_queue advisory_queue_position lease_prepare queue_hint item_indexes claim_list_own
+REGRESS = create_group claim hint security bad_input lease advisory modes_bad_input notify queue privileges admin direct_access reinstall subxact xact_refuse owner roles traps_result traps_query traps_fail_data fixes_caller looks cron_params item_lookup item_many finished retention claim_list ordering advisory_queue advisory_queue_position lease_prepare queue_hint item_indexes claim_list_own queue_promote_dead
 REGRESS_OPTS = --temp-instance=tmp_check_regress \
 	--temp-config=$(srcdir)/test/pgq.conf --load-extension=pgq
 

@@ -311,19 +311,20 @@ compare_hashes(const void *a, const void *b)
  * transaction: make each key's next waiting item pending (or scheduled,
  * if its run_at is still to come), unless an unfinished item of the key is
  * in front of it.  The keys are locked in the order of their hashes.
+ * Returns how many items were made pending.
  */
-void
+int
 pgq_ordering_hand_on(const PgqGroup *group, List *keys)
 {
 	static SPIPlanPtr plan = NULL;
 	OrderingSlot *slots;
 	int			n = list_length(keys);
 	int			i = 0;
-	bool		claimable = false;
+	int			claimable = 0;
 	ListCell   *lc;
 
 	if (n == 0)
-		return;
+		return 0;
 	if (plan == NULL)
 	{
 		Oid			argtypes[3] = {INT8OID, TEXTOID, TIMESTAMPTZOID};
@@ -377,7 +378,7 @@ pgq_ordering_hand_on(const PgqGroup *group, List *keys)
 			int64		item_id = DatumGetInt64(SPI_getbinval(row, rowdesc,
 															  3, &isnull));
 
-			claimable = true;
+			claimable++;
 			/* its queue's claims find it from its place on (H1, shmem.c) */
 			pgq_xact_remember_pending(&group->ref,
 									  pgq_item_position(priority, item_id));
@@ -385,8 +386,9 @@ pgq_ordering_hand_on(const PgqGroup *group, List *keys)
 		SPI_freetuptable(SPI_tuptable);
 	}
 	pfree(slots);
-	if (claimable)
+	if (claimable > 0)
 		pgq_announce_claimable(&group->ref, group->name);
+	return claimable;
 }
 
 /*

@@ -28,7 +28,7 @@ extern PgqOrderingEnqueue *pgq_ordering_enqueue_begin(const PgqGroup *group,
 extern bool pgq_ordering_must_wait(PgqOrderingEnqueue *oe, int item);
 extern void pgq_ordering_enqueued(PgqOrderingEnqueue *oe, int item);
 extern List *pgq_ordering_finished_keys(int state_col, int key_col);
-extern void pgq_ordering_hand_on(const PgqGroup *group, List *keys);
+extern int	pgq_ordering_hand_on(const PgqGroup *group, List *keys);
 extern void pgq_ordering_take_back(const PgqGroup *group, int64 item_id);
 extern void pgq_ordering_check_retry(const PgqGroup *group, int64 item_id);
 

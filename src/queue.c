@@ -77,6 +77,12 @@
 /* Limits on user input. */
 #define PGQ_MAX_KEY_BYTES	1024
 
+/*
+ * At most this many due items beyond what it asks for are dead-lettered by
+ * one claim (promote_due()): a backlog of them is worked off by several.
+ */
+#define PGQ_PROMOTE_DEAD_LIMIT	1000
+
 PG_FUNCTION_INFO_V1(pgq_create_queue);
 PG_FUNCTION_INFO_V1(pgq_enqueue);
 PG_FUNCTION_INFO_V1(pgq_enqueue_many);
@@ -747,8 +753,13 @@ due_items_left(const PgqGroup *group, TimestampTz now)
  * locked by others are left to them.  The claim asks for as many as it
  * takes: those it moves and does not take stay hidden from other claims,
  * locked and pending in this transaction only, until it ends, which may
- * be long after the claim.  Due items it leaves past the limit wake the
- * group's waiting claims at once, as claim_due() in lease.c does.
+ * be long after the claim.  Items dead-lettered do not count: a claim
+ * whose oldest due items ran out of attempts goes on to those behind them
+ * (dead-lettering at most PGQ_PROMOTE_DEAD_LIMIT more than it asks for),
+ * rather than come back empty while an item is due; the items that their
+ * ordering keys are handed on to count as made pending.  Due items it
+ * leaves past the limit wake the group's waiting claims at once, as
+ * claim_due() in lease.c does.
  *
  * With fenced attempt numbers, the claim that follows may take such an item
  * in the row version written here: the claim before it is that of the
@@ -766,7 +777,8 @@ promote_due(const PgqGroup *group, TimestampTz now, bool fenced, int limit)
 	static SPIPlanPtr plans[2] = {NULL, NULL};
 	Datum		values[4];
 	int64		pending = PG_INT64_MAX; /* the first place made pending */
-	bool		dead = false;	/* an item dead-lettered */
+	int			moved = 0;		/* items made pending, or handed on */
+	int			ndead = 0;		/* items dead-lettered */
 	uint64		due_gen;
 	bool		all;			/* moved every item due it could lock */
 	int			rc;
@@ -815,49 +827,65 @@ promote_due(const PgqGroup *group, TimestampTz now, bool fenced, int limit)
 	values[0] = Int64GetDatum(group->ref.group_id);
 	values[1] = TimestampTzGetDatum(now);
 	values[2] = Int32GetDatum(group->max_attempts);
-	values[3] = Int32GetDatum(limit);
-	rc = SPI_execute_plan(plans[fenced], values, NULL, false, 0);
-	if (rc != SPI_OK_UPDATE_RETURNING)
-		elog(ERROR, "could not update due items: %s", SPI_result_code_string(rc));
-	if (SPI_processed > 0)
-		pgq_claim_changed_more();
-	for (uint64 i = 0; i < SPI_processed; i++)
-	{
-		HeapTuple	row = SPI_tuptable->vals[i];
-		TupleDesc	rowdesc = SPI_tuptable->tupdesc;
-		bool		isnull;
-		char		state;
 
+	/* until "limit" are pending, or none is left, or enough were dead */
+	for (;;)
+	{
+		int			batch = limit - moved;
+
+		CHECK_FOR_INTERRUPTS();
+		values[3] = Int32GetDatum(batch);
+		rc = SPI_execute_plan(plans[fenced], values, NULL, false, 0);
+		if (rc != SPI_OK_UPDATE_RETURNING)
+			elog(ERROR, "could not update due items: %s",
+				 SPI_result_code_string(rc));
+		if (SPI_processed > 0)
+			pgq_claim_changed_more();
+		for (uint64 i = 0; i < SPI_processed; i++)
+		{
+			HeapTuple	row = SPI_tuptable->vals[i];
+			TupleDesc	rowdesc = SPI_tuptable->tupdesc;
+			bool		isnull;
+			char		state;
+
+			if (fenced)
+				pgq_lease_promoted(DatumGetTransactionId(SPI_getbinval(row, rowdesc,
+																	   1, &isnull)));
+			state = DatumGetChar(SPI_getbinval(row, rowdesc, 3, &isnull));
+			if (state == 'f')
+				ndead++;
+			if (state == PGQ_ITEM_PENDING)
+			{
+				moved++;
+				pending = Min(pending,
+							  pgq_item_position(DatumGetInt32(SPI_getbinval(row, rowdesc,
+																			5, &isnull)),
+												DatumGetInt64(SPI_getbinval(row, rowdesc,
+																			2, &isnull))));
+			}
+		}
+		all = SPI_processed < (uint64) batch;
 		if (fenced)
-			pgq_lease_promoted(DatumGetTransactionId(SPI_getbinval(row, rowdesc,
-																   1, &isnull)));
-		state = DatumGetChar(SPI_getbinval(row, rowdesc, 3, &isnull));
-		dead |= state == 'f';
-		if (state == PGQ_ITEM_PENDING)
-			pending = Min(pending,
-						  pgq_item_position(DatumGetInt32(SPI_getbinval(row, rowdesc,
-																		5, &isnull)),
-											DatumGetInt64(SPI_getbinval(row, rowdesc,
-																		2, &isnull))));
+		{
+			List	   *finished;
+
+			pgq_events_note_rows(&group->ref, 2, 0, 3, 0);
+			finished = pgq_ordering_finished_keys(3, 4);
+			SPI_freetuptable(SPI_tuptable);
+			/* the items handed on are pending in this transaction too */
+			moved += pgq_ordering_hand_on(group, finished);
+		}
+		else
+			SPI_freetuptable(SPI_tuptable);
+		if (all || moved >= limit || ndead >= PGQ_PROMOTE_DEAD_LIMIT)
+			break;
 	}
 	/* the queue's claims find them from their places on (H1, shmem.c) */
 	if (pending != PG_INT64_MAX)
 		pgq_xact_remember_pending(&group->ref, pending);
 	/* this commit finished those: calls waiting for their results wake */
-	if (dead)
+	if (ndead > 0)
 		pgq_xact_wake_at_commit(&group->ref);
-	all = SPI_processed < (uint64) limit;
-	if (fenced)
-	{
-		List	   *finished;
-
-		pgq_events_note_rows(&group->ref, 2, 0, 3, 0);
-		finished = pgq_ordering_finished_keys(3, 4);
-		SPI_freetuptable(SPI_tuptable);
-		pgq_ordering_hand_on(group, finished);
-	}
-	else
-		SPI_freetuptable(SPI_tuptable);
 	PGQ_INJECTION_POINT("pgq-promote-moved");
 	pgq_item_due_looked(&group->ref, due_gen, now,
 						all && !due_items_left(group, now));
