@@ -7,32 +7,28 @@
 -- come back empty (a waiting claim would end with nothing, since its
 -- attempt dead-lettered something).  Found by the sixteenth read of issue
 -- 21.
-SELECT pgq.create_queue('pdq', max_attempts => 1);
-SELECT pgq.enqueue('pdq', '{"n": 1}') > 0 AS enqueued;
-SELECT c.payload->>'n' AS taken FROM pgq.claim('pdq', 1) c;
-SELECT pgq.enqueue('pdq', '{"n": 2}', run_at => now() + interval '1 hour') > 0 AS delayed;
--- item 1's lease ran out (on its only attempt), then item 2's run came
-UPDATE pgq.items SET due_at = now() - interval '2 s'
+-- A queue of one attempt whose item 1 was claimed and whose item 2 is
+-- delayed; item 1's lease ran out, then item 2's run came.
+CREATE FUNCTION dead_then_delayed(q text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pgq.create_queue(q, max_attempts => 1);
+    PERFORM pgq.enqueue(q, '{"n": 1}');
+    PERFORM pgq.claim(q, 1);
+    PERFORM pgq.enqueue(q, '{"n": 2}', run_at => now() + interval '1 hour');
+    UPDATE pgq.items SET due_at = now() - (3 - (payload->>'n')::int) * interval '1 s'
+    WHERE group_id = (SELECT group_id FROM pgq.groups WHERE group_name = q);
+    RETURN q;
+END $$;
+SELECT dead_then_delayed('pdq');
+SELECT payload->>'n' AS n, state FROM pgq.items
 WHERE group_id = (SELECT group_id FROM pgq.groups WHERE group_name = 'pdq')
-  AND payload->>'n' = '1';
-UPDATE pgq.items SET due_at = now() - interval '1 s'
-WHERE group_id = (SELECT group_id FROM pgq.groups WHERE group_name = 'pdq')
-  AND payload->>'n' = '2';
+ORDER BY 1;
 SELECT c.payload->>'n' AS got, c.attempt FROM pgq.claim('pdq', 1) c;
 SELECT payload->>'n' AS n, state FROM pgq.items
 WHERE group_id = (SELECT group_id FROM pgq.groups WHERE group_name = 'pdq')
 ORDER BY 1;
 -- the same with a waiting claim: it must not end empty
-SELECT pgq.create_queue('pdw', max_attempts => 1);
-SELECT pgq.enqueue('pdw', '{"n": 1}') > 0 AS enqueued;
-SELECT c.payload->>'n' AS taken FROM pgq.claim('pdw', 1) c;
-SELECT pgq.enqueue('pdw', '{"n": 2}', run_at => now() + interval '1 hour') > 0 AS delayed;
-UPDATE pgq.items SET due_at = now() - interval '2 s'
-WHERE group_id = (SELECT group_id FROM pgq.groups WHERE group_name = 'pdw')
-  AND payload->>'n' = '1';
-UPDATE pgq.items SET due_at = now() - interval '1 s'
-WHERE group_id = (SELECT group_id FROM pgq.groups WHERE group_name = 'pdw')
-  AND payload->>'n' = '2';
+SELECT dead_then_delayed('pdw');
 SELECT c.payload->>'n' AS got FROM pgq.claim('pdw', 1, wait => '10 s') c;
 -- a claim of two takes both due items behind three dead-lettered ones
 SELECT pgq.create_queue('pd2', max_attempts => 1);
@@ -77,3 +73,4 @@ SELECT pgq.drop_group('pdq');
 SELECT pgq.drop_group('pdw');
 SELECT pgq.drop_group('pd2');
 SELECT pgq.drop_group('pdk');
+DROP FUNCTION dead_then_delayed(text);
