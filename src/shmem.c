@@ -431,10 +431,11 @@ make_key(PgqGroupKey *key, Oid dbid, int64 group_id)
 }
 
 /*
- * Make room in a full table by removing the entry of a group that no open
- * transaction holds blocks of, preferably one that knows no bound on its
- * blocks in flight: that group loses its hint, its next claim scans from
- * the head again, and its next look for due blocks walks the whole group.
+ * Make room in a full table by removing an entry that counts nothing (no
+ * claim counted in it is in flight, and no scan counted any ahead: C1),
+ * preferably one that knows no bound on its blocks in flight: that group
+ * loses its hint, its next claim scans from the head again, and its next
+ * look for due blocks walks the whole group.
  * Dynahash would otherwise take the room from the shared memory slack that
  * the lock table needs.  With a valid "role", only an entry charged to that
  * role.  Called with the table lock held exclusively.
@@ -1093,8 +1094,8 @@ pgq_scan_count(const PgqGroupRef *group, int64 n)
  * "claimed", and the rest leaves the count.  With "next" > 0, the scan,
  * which started from the hint of generation "gen", also found every block
  * below "next" consumed or held: the hint moves up to "next", in the same
- * visit to the entry, unless some claim was undone since (its block may lie
- * below "next").
+ * visit to the entry, unless the hint was lowered since (H2: what it was
+ * lowered to may lie below "next").
  * Returns true if the waiting claims are owed a wake (C3).  Safe in
  * transaction callbacks: it allocates nothing and cannot fail.
  * (Keeps C1, C2, C3 and H2.)
