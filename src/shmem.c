@@ -1378,10 +1378,11 @@ no_claims_by_others(const PgqGroupRef *group, int64 own)
 
 /*
  * Should a claim that came up short look below the hint, from the start of
- * the group?  Blocks get there only when their holder let go without pgq
- * knowing: a row lock on pgq.blocks taken by hand, or an advisory lock
- * dropped by pg_advisory_unlock_all() or DISCARD ALL.  Look when no other
- * session holds claims in the group (the usual end of a group), and
+ * the group?  Blocks get there only as H1 lists, mostly when their holder
+ * let go without pgq knowing: a row lock on pgq.blocks taken by hand, or an
+ * advisory lock dropped by pg_advisory_unlock_all() or DISCARD ALL (and, in
+ * queues, items that a prepared transaction made pending).  Look when no
+ * other session holds claims in the group (the usual end of a group), and
  * otherwise at most once a second per group, so that consumers polling the
  * end of a group do not each walk its dead entries.  own < 0 means that the
  * claimed count does not cover the mode's claims (lease mode: committed
