@@ -96,7 +96,8 @@ pgq_compare_claimed(const void *a, const void *b)
  * a DELETE would do together, with one WAL record instead of two: a block
  * that another transaction is deleting (claiming) or has deleted is passed
  * over.  Nothing else updates a transaction-mode block, and pgq.blocks has
- * no triggers, rules or foreign keys to honour.
+ * no rules, foreign keys or DELETE triggers to honour (its trigger,
+ * pgq.blocks_inflight(), is for rows that become claimed or retries).
  */
 static int
 lock_and_delete(const PgqGroupRef *group, int64 from, int limit,

@@ -431,10 +431,11 @@ make_key(PgqGroupKey *key, Oid dbid, int64 group_id)
 }
 
 /*
- * Make room in a full table by removing the entry of a group that no open
- * transaction holds blocks of, preferably one that knows no bound on its
- * blocks in flight: that group loses its hint, its next claim scans from
- * the head again, and its next look for due blocks walks the whole group.
+ * Make room in a full table by removing an entry that counts nothing (no
+ * claim counted in it is in flight, and no scan counted any ahead: C1),
+ * preferably one that knows no bound on its blocks in flight: that group
+ * loses its hint, its next claim scans from the head again, and its next
+ * look for due blocks walks the whole group.
  * Dynahash would otherwise take the room from the shared memory slack that
  * the lock table needs.  With a valid "role", only an entry charged to that
  * role.  Called with the table lock held exclusively.
@@ -1093,8 +1094,8 @@ pgq_scan_count(const PgqGroupRef *group, int64 n)
  * "claimed", and the rest leaves the count.  With "next" > 0, the scan,
  * which started from the hint of generation "gen", also found every block
  * below "next" consumed or held: the hint moves up to "next", in the same
- * visit to the entry, unless some claim was undone since (its block may lie
- * below "next").
+ * visit to the entry, unless the hint was lowered since (H2: what it was
+ * lowered to may lie below "next").
  * Returns true if the waiting claims are owed a wake (C3).  Safe in
  * transaction callbacks: it allocates nothing and cannot fail.
  * (Keeps C1, C2, C3 and H2.)
@@ -1377,10 +1378,11 @@ no_claims_by_others(const PgqGroupRef *group, int64 own)
 
 /*
  * Should a claim that came up short look below the hint, from the start of
- * the group?  Blocks get there only when their holder let go without pgq
- * knowing: a row lock on pgq.blocks taken by hand, or an advisory lock
- * dropped by pg_advisory_unlock_all() or DISCARD ALL.  Look when no other
- * session holds claims in the group (the usual end of a group), and
+ * the group?  Blocks get there only as H1 lists, mostly when their holder
+ * let go without pgq knowing: a row lock on pgq.blocks taken by hand, or an
+ * advisory lock dropped by pg_advisory_unlock_all() or DISCARD ALL (and, in
+ * queues, items that a prepared transaction made pending).  Look when no
+ * other session holds claims in the group (the usual end of a group), and
  * otherwise at most once a second per group, so that consumers polling the
  * end of a group do not each walk its dead entries.  own < 0 means that the
  * claimed count does not cover the mode's claims (lease mode: committed

@@ -8,8 +8,12 @@
  * and ABORT gives it back, with no help from pgq.  What pgq must do is keep
  * its shared state honest: take the blocks out of the group's claimed count
  * at either end, and lower the group's claim hint when a claim is undone, so
- * that the block becomes reachable again.  PREPARE TRANSACTION is refused: a
- * prepared transaction would hold its blocks with nobody left to process them.
+ * that the block becomes reachable again.  PREPARE TRANSACTION is refused
+ * while the transaction holds claims (a prepared transaction would hold its
+ * blocks with nobody left to process them) or has other work for its end
+ * that must not be lost: COMMIT PREPARED settles no record, and what that
+ * leaves undone (a wake, a hint lowered to items made pending) is caught up
+ * by rechecks and full scans (pgq_xact_callback()).
  *
  * Shared state that describes the table changes once the change is visible:
  * in the commit and abort callbacks here, never before.  A retry of a
