@@ -35,10 +35,9 @@ extern int	pgq_item_classes(const char *const **conds);
 /*
  * An item's place in claim order, where items_pending_idx has it (priority
  * descending, then item id), as one number that grows along the index:
- * what a queue's hint is (invariant H1 in shmem.c).  Ids
- * take the low PGQ_ITEM_ID_BITS bits; an item whose id (or priority, set by
- * hand) does not fit is given place 0, before every item, where a hint may
- * always go.
+ * what a queue's hint is (invariant H1 in shmem.c).  Ids take the low
+ * PGQ_ITEM_ID_BITS bits; an item whose id (or priority, set by hand) does
+ * not fit is given place 0, before every item, where a hint may always go.
  */
 #define PGQ_ITEM_ID_BITS	48
 #define PGQ_ITEM_ID_MASK	((INT64CONST(1) << PGQ_ITEM_ID_BITS) - 1)

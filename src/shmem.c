@@ -187,11 +187,10 @@ typedef struct PgqGroupKey
  *	claims lower that at commit as for blocks), and a delayed item or a
  *	retry that comes due within that time is moved back to pending up to
  *	that much later.  What brings an item's deadline sooner forgets at
- *	commit: SQL, through the trigger
- *	pgq.items_inflight (a fail, an ordering key handed on to a retry), and
- *	a delayed enqueue, which writes without SQL.  A look that saw
- *	its transaction's own writes is forgotten if the transaction aborts
- *	(xact.c).
+ *	commit: SQL, through the trigger pgq.items_inflight (a fail, an
+ *	ordering key handed on to a retry), and a delayed enqueue, which
+ *	writes without SQL.  A look that saw its transaction's own writes is
+ *	forgotten if the transaction aborts (xact.c).
  *	Worth 27% of single lease claims and 40% of batches of 100.
  *
  * How far a look for due blocks walks.

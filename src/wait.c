@@ -8,11 +8,14 @@
  * a block of the group claimable, or the group unable to yield another one,
  * broadcasts on it: the end of a transaction that completed, released,
  * failed, retried, made work pending or dropped, the abort of one that
- * claimed, and the commit of one that claimed when C3 in shmem.c says so
- * (from the transaction callbacks, once the change is visible), and an
- * advisory release, at once.  The waiter then claims again with a fresh
- * snapshot.  A recheck interval is the safety net for what no transaction
- * announces: a lease running out, a retry coming due.  Broadcasting
+ * claimed or was looking for due blocks or items (D4 in shmem.c), and the
+ * commit of one that claimed when C3 says so (from the transaction
+ * callbacks, once the change is visible); and at once, an advisory
+ * release, the end of a scan that owes a wake (C3), and a look for due
+ * blocks or items that leaves some past its limit (D4).  The waiter then
+ * claims again with a fresh snapshot.  For what no transaction announces,
+ * a lease running out, a retry coming due, the maintenance worker wakes
+ * the group, and a recheck interval is the safety net.  Broadcasting
  * allocates nothing and cannot fail, as transaction callbacks require.
  *
  * A claim over several groups (pgq.claim(text[])) cannot sleep on several
